@@ -1,0 +1,26 @@
+# The two commands a newcomer needs (see README): `make run` and `make test`.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export DJANGO_SETTINGS_MODULE ?= loopatlas.settings.base
+
+.PHONY: setup run test lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip==25.3
+	$(PY) -m pip install --quiet -e . --group dev
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	DEBUG=1 $(PY) manage.py migrate --noinput
+	DEBUG=1 $(PY) -m uvicorn loopatlas.asgi:application --host 127.0.0.1 --port 8000
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .

@@ -1,0 +1,60 @@
+"""Fixtures shared by the whole suite: real services, a real browser, the gpu marker.
+
+Tests that need Redis or Chromium skip on a machine without them, with the reason,
+unless REQUIRE_SERVICES=1 / REQUIRE_BROWSER=1 (as in CI), where their absence fails.
+"""
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def _missing(what: str, required_by: str) -> None:
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{what} is not available but {required_by}=1")
+    pytest.skip(f"{what} is not available (set {required_by}=1 to make this a failure)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The real Redis server's URL (a database of its own, flushed by the tests that use it)."""
+    import redis
+
+    url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.exceptions.ConnectionError:
+        _missing(f"Redis at {url}", "REQUIRE_SERVICES")
+    return url
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """A headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
+        _missing(f"Chromium at {CHROMIUM}", "REQUIRE_BROWSER")
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright runs an event loop
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
