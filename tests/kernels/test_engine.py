@@ -1,0 +1,221 @@
+import pytest
+import torch
+
+from kernels.engine import Engine, Work
+from kernels.rules import Convergence, Fixed, QExit
+from tests.kernels.naive import naive_generate
+
+POLICIES = ["best-available", "select", "recompute-kv"]
+RULES = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2)]
+ATOL = 1e-5
+
+
+def greedy(engine, rows, new_tokens, work=None):
+    """Prefill + decode; returns (prefill result, generated ids per row, records per row)."""
+    prefill = engine.prefill(rows, reserve=new_tokens)
+    records = [[] for _ in prefill.lengths]
+    for record in engine.decode(prefill, max_new_tokens=new_tokens, work=work):
+        records[record.row].append(record)
+    return prefill, [[r.token_id for r in rec] for rec in records], records
+
+
+@pytest.fixture(scope="module")
+def prompts(reference):
+    ids = reference["input_ids"]
+    return [ids[0, :10].tolist(), ids[1, :6].tolist(), ids[0, 3:16].tolist()]
+
+
+# -- full depth equals the reference -----------------------------------------------------
+@pytest.mark.parametrize("policy", POLICIES)
+def test_q_one_reproduces_the_reference_full_depth(ouro_tiny, reference, policy):
+    # when
+    result = Engine(ouro_tiny.model, QExit(1.0), policy).prefill(reference["input_ids"])
+
+    # then
+    torch.testing.assert_close(result.logits, reference["logits_default"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(result.logits, reference["step_logits"][-1], atol=ATOL, rtol=0)
+    assert (result.exit_loop == 4).all()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_q_one_reproduces_the_reference_greedy_generation(ouro_tiny, reference, policy):
+    engine = Engine(ouro_tiny.model, QExit(1.0), policy)
+    prompt = reference["gen_prompt_ids"]
+
+    _, generated, _ = greedy(engine, prompt, 8)
+
+    assert torch.equal(torch.cat([prompt, torch.tensor(generated)], 1), reference["gen_output_ids"])
+
+
+def test_select_reproduces_the_reference_threshold_outputs(ouro_tiny, reference):
+    for i, q in enumerate(reference["thresholds"].tolist()):
+        result = Engine(ouro_tiny.model, QExit(q), "select").prefill(reference["input_ids"])
+
+        assert torch.equal(result.exit_loop - 1, reference["threshold_exit_steps"][i])
+        torch.testing.assert_close(
+            result.logits, reference["threshold_logits"][i], atol=ATOL, rtol=0
+        )
+
+
+@pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
+def test_an_exiting_token_gets_the_logits_of_its_exit_loop(ouro_tiny, reference, policy):
+    # given q = 0.5: tokens exit at loops 1-4; a token's own output depends only on its
+    # prefix, which at position 0 is itself
+    result = Engine(ouro_tiny.model, QExit(0.5), policy).prefill(reference["input_ids"])
+
+    # then position 0 matches the reference at its exit loop
+    for row in range(2):
+        t = int(result.exit_loop[row, 0]) - 1
+        torch.testing.assert_close(
+            result.logits[row, 0], reference["step_logits"][t, row, 0], atol=ATOL, rtol=0
+        )
+
+
+# -- skipping equals the slow per-token implementation -------------------------------------
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.name}-{list(vars(r).values())[0]}")
+def test_engine_matches_the_naive_per_token_implementation(ouro_tiny, prompts, policy, rule):
+    # given
+    prompt = prompts[0]
+
+    # when
+    prefill, generated, records = greedy(Engine(ouro_tiny.model, rule, policy), [prompt], 6)
+    ids, naive = naive_generate(ouro_tiny.model, rule, policy, prompt, 6, n_loops=4)
+
+    # then: same tokens, same exit loops, same logits at every position
+    assert generated[0] == ids[len(prompt) :]
+    exits = prefill.exit_loop[0].tolist() + [r.exit_loop for r in records[0]]
+    assert exits == [t.exit_loop for t in naive]
+    want = torch.stack([t.logits for t in naive[: len(prompt)]])
+    torch.testing.assert_close(prefill.logits[0], want, atol=ATOL, rtol=0)
+
+
+def test_the_test_rules_really_spread_exits(ouro_tiny, prompts):
+    for rule in RULES[:3]:
+        prefill = Engine(ouro_tiny.model, rule).prefill([prompts[0]])
+        assert len(set(prefill.exit_loop[0].tolist())) > 1, rule
+
+
+# -- batches -------------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_ragged_batch_equals_each_row_alone(ouro_tiny, prompts, policy):
+    engine = Engine(ouro_tiny.model, QExit(0.6), policy)
+
+    # when: three rows of lengths 10, 6 and 13, decoded together (rows at different loops)
+    batch, generated, records = greedy(engine, prompts, 7)
+
+    # then
+    for row, prompt in enumerate(prompts):
+        alone, alone_generated, alone_records = greedy(engine, [prompt], 7)
+        n = len(prompt)
+        assert generated[row] == alone_generated[0]
+        assert [r.exit_loop for r in records[row]] == [r.exit_loop for r in alone_records[0]]
+        assert torch.equal(batch.exit_loop[row, :n], alone.exit_loop[0])
+        torch.testing.assert_close(batch.logits[row, :n], alone.logits[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_on_either_side_gives_the_same_result(ouro_tiny, prompts, side):
+    # given the prompts padded to one tensor with an attention mask
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        cols = slice(width - len(prompt), width) if side == "left" else slice(0, len(prompt))
+        ids[row, cols], mask[row, cols] = torch.tensor(prompt), 1
+    engine = Engine(ouro_tiny.model, QExit(0.6))
+
+    # when
+    padded = engine.prefill(ids, mask)
+    listed = engine.prefill(prompts)
+
+    # then
+    assert padded.lengths == [len(p) for p in prompts]
+    assert torch.equal(padded.exit_loop, listed.exit_loop)
+    torch.testing.assert_close(padded.logits, listed.logits, atol=0, rtol=0)
+
+
+# -- exited tokens are never computed again ----------------------------------------------------
+def count_layer_rows(model):
+    """Count the token rows every layer call processes (an independent counter)."""
+    counts = []
+
+    def hook(module, args, output):
+        x = args[0]
+        counts.append(x.numel() // x.shape[-1])
+
+    handles = [layer.register_forward_hook(hook) for layer in model.model.layers]
+    return counts, handles
+
+
+@pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
+def test_exited_tokens_are_never_computed_again(ouro_tiny, prompts, policy):
+    # given
+    engine = Engine(ouro_tiny.model, QExit(0.5), policy)
+    counts, handles = count_layer_rows(ouro_tiny.model)
+    work = Work()
+
+    # when
+    try:
+        prefill, _, records = greedy(engine, prompts, 5, work=work)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    # then each token went through the layers exactly as many loops as it computed, and
+    # that is its exit loop
+    layers = len(ouro_tiny.model.model.layers)
+    prompt_loops = int(prefill.loops_computed.sum())
+    decode_loops = sum(r.loops_computed for rec in records for r in rec)
+    assert sum(counts) == layers * (prompt_loops + decode_loops)
+    assert torch.equal(prefill.loops_computed, prefill.exit_loop)
+    assert all(r.loops_computed == r.exit_loop for rec in records for r in rec)
+    assert prefill.work.token_layers_executed + work.token_layers_executed == sum(counts)
+    assert prefill.work.token_loops_executed == prompt_loops
+    assert prompt_loops < 4 * sum(prefill.lengths)
+
+
+def test_select_computes_every_loop_and_reports_the_full_work(ouro_tiny, prompts):
+    prefill = Engine(ouro_tiny.model, QExit(0.5), "select").prefill(prompts)
+
+    assert (prefill.loops_computed[prefill.exit_loop > 0] == 4).all()
+    assert prefill.work.executed_fraction == 1.0
+    assert (prefill.exit_loop[prefill.exit_loop > 0] < 4).any()
+
+
+def test_work_counts_match_the_flop_model(ouro_tiny, prompts):
+    full = Engine(ouro_tiny.model, QExit(1.0)).prefill(prompts).work
+    skipped = Engine(ouro_tiny.model, QExit(0.5)).prefill(prompts).work
+
+    assert full.flops_executed == pytest.approx(full.flops_full)
+    assert skipped.flops_full == pytest.approx(full.flops_full)
+    assert skipped.flops_executed < 0.8 * full.flops_executed
+    assert 0 < skipped.executed_fraction < 1
+
+
+# -- loops beyond training, trace ---------------------------------------------------------------
+def test_more_loops_than_trained_extrapolate(ouro_tiny, prompts):
+    engine = Engine(ouro_tiny.model, QExit(1.0), loops=6)
+
+    result = engine.prefill([prompts[0]])
+
+    assert (result.exit_loop[0] == 6).all()
+    want = ouro_tiny.model(torch.tensor([prompts[0]]), loops=6).step_logits[-1, 0]
+    torch.testing.assert_close(result.logits[0], want, atol=ATOL, rtol=0)
+
+
+def test_trace_records_the_gate_and_a_logit_lens_per_computed_loop(ouro_tiny, reference):
+    engine = Engine(ouro_tiny.model, QExit(0.8), top_k=3)
+
+    records = list(engine.prompt_records(engine.prefill(reference["input_ids"][:1])))
+
+    first = records[0]
+    assert len(first.gate_lambda) == first.loops_computed == first.exit_loop
+    torch.testing.assert_close(
+        torch.tensor(first.gate_lambda), reference["gate_lambda"][: first.exit_loop, 0, 0]
+    )
+    assert first.cumulative[-1] >= 0.8 or first.exit_loop == 4
+    ids, probs = zip(*first.top[0], strict=True)
+    logits = reference["step_logits"][0, 0, 0]
+    assert list(ids) == logits.topk(3).indices.tolist()
+    torch.testing.assert_close(torch.tensor(probs), logits.softmax(-1).topk(3).values)
