@@ -1,14 +1,23 @@
-"""Attention over keys split into segments, each read in place from the KV cache.
+"""Attention over the depth-indexed cache, for partially active sequences.
 
-The engine's keys for a query at loop t live in more than one tensor (a terminal store
-and the loop-t store, see :mod:`kernels.cache`). Copying them into one tensor per layer
-would cost as much memory traffic as the attention itself, so each segment is attended
-separately by the fused kernel and the partial results are merged exactly by their
-log-sum-exp: softmax over the union of keys = Σ_s w_s · o_s with w_s ∝ exp(lse_s).
+Two shapes of the problem, each solved so the fused attention kernel does the work:
+
+- **Prefill** (:class:`PrefillTiles`): in loop t only the active positions query, but
+  they see every position's current K/V. One boolean mask over all keys would make the
+  kernel compute the whole (active × all) rectangle, about twice the causal work. So
+  the active queries are cut into tiles by position range [lo, hi); a tile attends
+  only to keys [0, hi) with a causal mask, which recovers the causal kernel's skipping
+  of the upper triangle. Tiles and masks are built once per loop, shared by all layers,
+  and each tile is one kernel call over the whole batch.
+- **Decode** (:class:`DecodePlan`): a query's keys live in two tensors (the terminal
+  store and the loop-t store, see :mod:`kernels.cache`). Copying them into one tensor
+  per layer would cost as much memory traffic as attention itself, so each segment is
+  attended in place and the partial results are merged exactly by their log-sum-exp:
+  softmax over the union of keys = Σ_s w_s · o_s with w_s ∝ exp(lse_s).
 
 On CPU, ``aten::_scaled_dot_product_flash_attention_for_cpu`` returns the log-sum-exp
-(and takes GQA heads and an additive mask directly). Elsewhere segments are
-concatenated and attended once.
+and takes GQA heads and an additive mask directly; elsewhere a small explicit version
+computes it (decode queries are single tokens).
 """
 
 from __future__ import annotations
@@ -19,65 +28,212 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+# prefill query tiles: up to TILES position ranges per loop, each at least TILE_MIN wide
+TILES = 8
+TILE_MIN = 64
 
 
 @dataclass
 class Segment:
-    """Keys/values token-major (B, L, n_kv_heads, d), an additive mask (B, 1, Lq, L) or None,
-    and which query rows see no key at all in this segment (B, 1, Lq) or None."""
+    """Keys/values token-major (B, L, n_kv_heads, d) and an additive mask (B, 1, Lq, L)."""
 
     k: Tensor
     v: Tensor
     mask: Tensor | None = None
-    blind: Tensor | None = None
 
 
 def additive_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
     """bool (…) -> 0 where visible, -inf elsewhere (the fused CPU kernel wants q's dtype)."""
-    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
-        ~visible, float("-inf")
-    )
+    zeros = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return zeros.masked_fill_(~visible, float("-inf"))
 
 
-def attend_segments(q: Tensor, segments: list[Segment], *, merge: bool | None = None) -> Tensor:
-    """q (B, Lq, n_heads, d) over the union of the segments' keys -> (B, Lq, n_heads, d).
+def attend_with_lse(q: Tensor, segment: Segment) -> tuple[Tensor, Tensor]:
+    """q (B, Lq, nh, d) over one segment -> (o (B, nh, Lq, d), lse (B, nh, Lq)).
 
-    Args:
-        merge: log-sum-exp merge (default on CPU) or concatenate (default elsewhere).
+    Rows that see no key at all give garbage; callers mark them (see :func:`merge`).
     """
-    if merge is None:
-        merge = q.device.type == "cpu"
-    qh = q.transpose(1, 2)  # (B, nh, Lq, d)
-    if len(segments) == 1 and segments[0].blind is None:
+    qh, kh, vh = q.transpose(1, 2), segment.k.transpose(1, 2), segment.v.transpose(1, 2)
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qh, kh, vh, attn_mask=segment.mask
+        )
+    b, nh, lq, d = qh.shape
+    nkv = kh.shape[1]
+    qg = qh.reshape(b, nkv, nh // nkv, lq, d).float()  # query head h uses kv head h // g
+    scores = torch.einsum("bkgqd,bkld->bkgql", qg, kh.float()) * d**-0.5
+    if segment.mask is not None:
+        scores = scores + segment.mask[:, :, None].float()
+    lse = scores.logsumexp(-1)  # (B, nkv, g, Lq)
+    probs = (scores - lse[..., None]).exp().nan_to_num(0.0)
+    o = torch.einsum("bkgql,bkld->bkgqd", probs, vh.float()).to(q.dtype)
+    return o.reshape(b, nh, lq, d), lse.reshape(b, nh, lq)
+
+
+def merge(parts: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """Exact softmax over the union of segments from their (o, lse); an lse of -inf marks
+    a row that saw nothing in that segment. -> (B, nh, Lq, d)."""
+    lse = torch.stack([lse for _, lse in parts])  # (S, B, nh, Lq)
+    weights = torch.softmax(lse.float(), dim=0).to(parts[0][0].dtype)
+    return sum(w.unsqueeze(-1) * o for w, (o, _) in zip(weights, parts, strict=True))
+
+
+def attend_segments(q: Tensor, segments: list[Segment]) -> Tensor:
+    """q (B, Lq, nh, d) over the union of the segments' keys (every row must see at least
+    one key in every segment) -> (B, Lq, nh, d)."""
+    if len(segments) == 1:
         (s,) = segments
         o = F.scaled_dot_product_attention(
-            qh, s.k.transpose(1, 2), s.v.transpose(1, 2), attn_mask=s.mask, enable_gqa=True
+            q.transpose(1, 2),
+            s.k.transpose(1, 2),
+            s.v.transpose(1, 2),
+            attn_mask=s.mask,
+            enable_gqa=True,
         )
         return o.transpose(1, 2)
-    if not merge:
-        return _attend_concatenated(qh, segments).transpose(1, 2)
-    outs, lses = [], []
-    for s in segments:
-        o, lse = _flash_cpu(qh, s.k.transpose(1, 2), s.v.transpose(1, 2), attn_mask=s.mask)
-        if s.blind is not None:  # the kernel reports lse 0 for a row with no key
-            lse = lse.masked_fill(s.blind, float("-inf"))
-        outs.append(o)  # (B, nh, Lq, d)
-        lses.append(lse)  # (B, nh, Lq)
-    lse = torch.stack(lses)  # (S, B, nh, Lq)
-    weights = torch.softmax(lse.float(), dim=0).to(q.dtype)  # exact merge weights
-    o = sum(w.unsqueeze(-1) * o for w, o in zip(weights, outs, strict=True))
-    return o.transpose(1, 2)
+    return merge([attend_with_lse(q, s) for s in segments]).transpose(1, 2)
 
 
-def _attend_concatenated(qh: Tensor, segments: list[Segment]) -> Tensor:
-    b, _, lq, _ = qh.shape
-    k = torch.cat([s.k for s in segments], dim=1).transpose(1, 2)  # (B, nkv, ΣL, d)
-    v = torch.cat([s.v for s in segments], dim=1).transpose(1, 2)
-    masks = [
-        s.mask.expand(b, 1, lq, s.k.shape[1])
-        if s.mask is not None
-        else qh.new_zeros(b, 1, lq, s.k.shape[1])
-        for s in segments
-    ]
-    return F.scaled_dot_product_attention(qh, k, v, attn_mask=torch.cat(masks, -1), enable_gqa=True)
+def _compact(mask: Tensor) -> tuple[Tensor, Tensor, int]:
+    """Per row, the rank of each True entry of a (B, S) mask among that row's True entries.
+
+    Returns (flat index into B*S of the True entries, their rank, the widest row)."""
+    flat = mask.flatten().nonzero().squeeze(1)
+    rank = (mask.cumsum(1) - 1).flatten()[flat]
+    width = int(mask.sum(1).max()) if len(flat) else 0
+    return flat, rank, width
+
+
+class PrefillTiles:
+    """Causal attention of the active queries of one prefill loop (see the module doc).
+
+    Args:
+        flat: (N,) the active positions, as indices into B*S, in increasing order.
+        batch, length: B and S.
+    """
+
+    def __init__(self, flat: Tensor, batch: int, length: int, dtype: torch.dtype) -> None:
+        device = flat.device
+        cols, rows = flat % length, flat // length
+        span = max(TILE_MIN, -(-length // TILES))
+        self.batch = batch
+        self.tiles = []
+        for lo in range(0, length, span):
+            hi = min(lo + span, length)
+            sel = ((cols >= lo) & (cols < hi)).nonzero().squeeze(1)  # into the N queries
+            if not len(sel):
+                continue
+            in_tile = torch.zeros(batch, length, dtype=torch.bool, device=device)
+            in_tile.view(-1)[flat[sel]] = True
+            _, rank, width = _compact(in_tile)
+            slot = rows[sel] * width + rank
+            pos = torch.full((batch * width,), -1, dtype=torch.long, device=device)
+            pos[slot] = cols[sel]
+            pos = pos.view(batch, width)  # (B, W) position of each query slot, -1 = padding
+            visible = torch.arange(hi, device=device)[None, None, :] <= pos[:, :, None]
+            visible[..., 0] |= pos < 0  # padding slots look at one key: no all -inf row
+            self.tiles.append((sel, slot, width, hi, additive_mask(visible[:, None], dtype)))
+
+    def attend(self, q: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        """q (N, nh, d) of the active tokens; keys/values (B, S, nkv, d) -> (N, nh, d)."""
+        out = torch.empty_like(q)
+        for sel, slot, width, hi, mask in self.tiles:
+            qp = q.new_zeros(self.batch * width, *q.shape[1:])
+            qp[slot] = q[sel]
+            o = attend_segments(
+                qp.view(self.batch, width, *q.shape[1:]),
+                [Segment(keys[:, :hi], values[:, :hi], mask)],
+            )
+            out[sel] = o.reshape(self.batch * width, *q.shape[1:])[slot]
+        return out
+
+
+class DecodePlan:
+    """One decode step's view of the cache, built once and shared by every layer.
+
+    Row i (sequence ``rows[i]``, its token at position ``pos[i]`` and loop ``loops[i]``)
+    sees the terminal entries visible at its loop (``visible`` (R, W), its own slot
+    included) and the whole loop store of its loop (``c_lens[i]`` entries, none at the
+    last loop). With every sequence of the batch present, the terminal segment is one
+    batched call with a per-row mask; the loop-store segment is batched too when all rows
+    are at the same loop, else one call per row on a view (rows at different loops read
+    different stores). Without every sequence, each row is attended alone on views.
+    """
+
+    def __init__(
+        self,
+        *,
+        rows: list[int],
+        batch: int,
+        pos: Tensor,
+        loops: list[int],
+        visible: Tensor,
+        c_lens: list[int],
+        n_loops: int,
+        dtype: torch.dtype,
+    ) -> None:
+        self.rows, self.pos, self.loops, self.c_lens = rows, pos.tolist(), loops, c_lens
+        self.n_loops, self.dtype = n_loops, dtype
+        self.batched = len(rows) == batch
+        self.width = visible.shape[1]
+        self.mask = additive_mask(visible, dtype)  # (R, W)
+        self.all_visible = visible.all(1).tolist()
+        self.same_loop = len(set(loops)) == 1
+
+    def nbytes(self) -> int:
+        return self.mask.numel() * self.mask.element_size()
+
+    def attend(self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict) -> Tensor:
+        """q (R, 1, nh, d); terminal (K, V) (B, S, nkv, d); stores {t: (K, V)} -> (R, 1, nh, d)."""
+        if not self.batched:
+            return torch.cat(
+                [self._attend_row(i, q, terminal, stores) for i in range(len(self.rows))]
+            )
+        ek, ev = terminal
+        mask = None if all(self.all_visible) else self.mask[:, None, None, :]
+        parts = [attend_with_lse(q, Segment(ek[:, : self.width], ev[:, : self.width], mask))]
+        if self.same_loop and self.loops[0] < self.n_loops and max(self.c_lens):
+            parts.append(self._batched_store(q, stores[self.loops[0]]))
+        elif not self.same_loop:
+            part = self._per_row_stores(q, stores, parts[0])
+            if part is not None:
+                parts.append(part)
+        if len(parts) == 1:
+            return parts[0][0].transpose(1, 2)
+        return merge(parts).transpose(1, 2)
+
+    def _batched_store(self, q: Tensor, store: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        ck, cv = store
+        longest = max(self.c_lens)
+        lens = torch.tensor(self.c_lens, device=q.device)
+        mask = None
+        if min(self.c_lens) < longest:
+            present = torch.arange(longest, device=q.device)[None, :] < lens[:, None]
+            present[:, 0] = True  # a row with an empty store: masked out below via lse
+            mask = additive_mask(present, self.dtype)[:, None, None]
+        o, lse = attend_with_lse(q, Segment(ck[:, :longest], cv[:, :longest], mask))
+        return o, lse.masked_fill((lens == 0)[:, None, None], float("-inf"))
+
+    def _per_row_stores(self, q, stores, like) -> tuple[Tensor, Tensor] | None:
+        o_like, lse_like = like
+        o_c, lse_c = torch.zeros_like(o_like), torch.full_like(lse_like, float("-inf"))
+        any_store = False
+        for i, (r, t, n) in enumerate(zip(self.rows, self.loops, self.c_lens, strict=True)):
+            if t >= self.n_loops or not n:
+                continue
+            ck, cv = stores[t]
+            o, lse = attend_with_lse(q[i : i + 1], Segment(ck[r : r + 1, :n], cv[r : r + 1, :n]))
+            o_c[i], lse_c[i] = o[0], lse[0]
+            any_store = True
+        return (o_c, lse_c) if any_store else None
+
+    def _attend_row(self, i: int, q: Tensor, terminal, stores) -> Tensor:
+        r, p = self.rows[i], self.pos[i] + 1
+        ek, ev = terminal
+        mask = None if self.all_visible[i] else self.mask[i : i + 1, None, None, :p]
+        segments = [Segment(ek[r : r + 1, :p], ev[r : r + 1, :p], mask)]
+        t, n = self.loops[i], self.c_lens[i]
+        if t < self.n_loops and n:
+            ck, cv = stores[t]
+            segments.append(Segment(ck[r : r + 1, :n], cv[r : r + 1, :n]))
+        return attend_segments(q[i : i + 1], segments)

@@ -72,12 +72,9 @@ class DepthKVCache:
     def _free(self, tensor: Tensor) -> None:
         self.live_bytes -= tensor.numel() * tensor.element_size()
 
-    def scratch(self, tensor: Tensor) -> Tensor:
-        """Count a per-step table built from the cache (masks) toward the peak."""
-        self.peak_bytes = max(
-            self.peak_bytes, self.live_bytes + tensor.numel() * tensor.element_size()
-        )
-        return tensor
+    def note_scratch(self, nbytes: int) -> None:
+        """Count a per-step table built from the cache (a decode mask) toward the peak."""
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes + nbytes)
 
     # -- loop stores -------------------------------------------------------------------
     def loop_store(self, t: int, layer: int) -> tuple[Tensor, Tensor] | None:

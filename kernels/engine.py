@@ -16,62 +16,25 @@ of idling until the deepest sequence of the batch is done.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.attention import Segment, additive_mask, attend_segments
+from kernels.attention import DecodePlan, PrefillTiles
 from kernels.cache import DepthKVCache
-from kernels.config import LoopConfig
 from kernels.exits import step_mass
-from kernels.model import LoopedLM, padded_causal_attend
+from kernels.model import Attend, LoopedLM, padded_causal_attend
 from kernels.rules import ExitRule, KVPolicy, QExit, kv_policy
 from kernels.sampling import Sampler
-
-
-@dataclass
-class Work:
-    """Executed work next to what full depth would have executed for the same tokens."""
-
-    token_loops_executed: int = 0
-    token_loops_full: int = 0
-    token_layers_executed: int = 0
-    head_tokens: int = 0  # LM-head applications (exit logits, convergence, logit lens)
-    flops_executed: float = 0.0
-    flops_full: float = 0.0
-
-    @property
-    def executed_fraction(self) -> float:
-        return self.token_loops_executed / max(self.token_loops_full, 1)
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-
-class FlopModel:
-    """Multiply-adds × 2 of the pieces the engine runs (projections, attention, heads)."""
-
-    def __init__(self, config: LoopConfig) -> None:
-        h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-        q_dim, kv_dim = config.num_attention_heads * config.head_dim, config.kv_dim
-        self.layers = config.num_hidden_layers
-        self.linear = 2 * (h * q_dim + 2 * h * kv_dim + q_dim * h + 3 * h * i)  # per token-layer
-        self.per_key = 4 * q_dim  # q·k and p·v for one key, per layer
-        self.kv_projection = 2 * 2 * h * kv_dim  # k and v of one state, per layer
-        self.gate = 2 * h
-        self.head = 2 * h * v
-
-    def loops(self, n_tokens: int, keys: float) -> float:
-        """FLOPs of ``n_tokens`` token-loops whose queries see ``keys`` keys in total."""
-        return self.layers * (self.linear * n_tokens + self.per_key * keys) + self.gate * n_tokens
+from kernels.work import FlopModel, Work
 
 
 @dataclass
 class Trace:
-    """Per token and computed loop: the gate, the stopping distribution, KL, a logit lens.
+    """Per token slot and computed loop: gate, stopping distribution, KL, a logit lens.
 
     Tensors are (T, N) or (T, N, k) over N token slots; NaN / -1 where not computed.
     """
@@ -101,6 +64,20 @@ class Trace:
         self.top_ids[:, slot] = -1
         self.top_probs[:, slot] = 0.0
 
+    def record(self, slot: int, loops: int, top_k: int) -> dict:
+        """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
+        top = [[] for _ in range(loops)]
+        if top_k:
+            ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
+            top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
+        return {
+            "gate_lambda": self.gate_lambda[:loops, slot].tolist(),
+            "exit_p": self.exit_p[:loops, slot].tolist(),
+            "cumulative": self.cumulative[:loops, slot].tolist(),
+            "kl": [None if v != v else v for v in self.kl[:loops, slot].tolist()],
+            "top": top,
+        }
+
 
 @dataclass
 class TokenRecord:
@@ -112,24 +89,11 @@ class TokenRecord:
     phase: str  # "prompt" | "generated"
     exit_loop: int  # 1-based loop whose state is this position's output
     loops_computed: int
-    gate_lambda: list[float]
-    exit_p: list[float]
-    cumulative: list[float]
-    kl: list[float | None]
-    top: list[list[tuple[int, float]]]  # per computed loop: (token id, prob) of the lens
-
-
-@dataclass
-class PrefillResult:
-    ids: Tensor  # (B, S) right-aligned token ids (pads 0)
-    lengths: list[int]
-    logits: Tensor  # (B, S, V) each position's output logits (its exit loop); pads 0
-    exit_loop: Tensor  # (B, S) reported exit loop, 0 for pads
-    loops_computed: Tensor  # (B, S)
-    cache: DepthKVCache | None
-    trace: Trace | None
-    work: Work
-    state: _TokenState = field(repr=False)
+    gate_lambda: list[float] = field(default_factory=list)
+    exit_p: list[float] = field(default_factory=list)
+    cumulative: list[float] = field(default_factory=list)
+    kl: list[float | None] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)  # lens per loop
 
 
 @dataclass
@@ -156,17 +120,17 @@ class _TokenState:
         self.remaining[slot], self.cumulative[slot], self.reported[slot] = 1.0, 0.0, 0
 
 
-def _ragged(mask: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
-    """Compact the True entries of a (B, S) mask row by row.
-
-    Returns (flat index into B*S, row, slot in that row's compacted list, widest row).
-    """
-    b, s = mask.shape
-    flat = mask.flatten().nonzero().squeeze(1)  # (N,)
-    rows = flat // s
-    rank = (mask.cumsum(1) - 1).flatten()[flat]
-    width = int(mask.sum(1).max()) if flat.numel() else 0
-    return flat, rows, rank, width
+@dataclass
+class PrefillResult:
+    ids: Tensor  # (B, S) right-aligned token ids (pads 0)
+    lengths: list[int]
+    logits: Tensor  # (B, S, V) each position's output logits (its exit loop); pads 0
+    exit_loop: Tensor  # (B, S) reported exit loop, 0 for pads
+    loops_computed: Tensor  # (B, S)
+    cache: DepthKVCache | None
+    work: Work
+    trace: Trace | None = field(default=None, repr=False)
+    state: _TokenState | None = field(default=None, repr=False)
 
 
 class Engine:
@@ -177,8 +141,8 @@ class Engine:
         rule: the exit rule (default Q-exit with q = 1, i.e. full depth).
         policy: KV policy name: ``best-available`` (default), ``select``, ``recompute-kv``.
         loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
-        top_k: width of the per-loop logit lens recorded in traces (0: no lens, no trace
-            unless ``trace=True``).
+        top_k: width of the per-loop logit lens recorded in traces.
+        trace: record gate values per loop (default: when ``top_k`` > 0).
     """
 
     def __init__(
@@ -191,9 +155,7 @@ class Engine:
         top_k: int = 0,
         trace: bool | None = None,
     ) -> None:
-        self.model = model
-        self.body = model.model
-        self.config = model.config
+        self.model, self.body, self.config = model, model.model, model.config
         self.rule = rule or QExit(1.0)
         self.policy = kv_policy(policy) if isinstance(policy, str) else policy
         self.n_loops = loops or self.config.total_ut_steps
@@ -203,12 +165,39 @@ class Engine:
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
 
-    # -- shared by prefill and decode --------------------------------------------------
+    def _new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+        cfg = self.config
+        return DepthKVCache(
+            n_layers=cfg.num_hidden_layers,
+            n_loops=self.n_loops,
+            batch=batch,
+            capacity=capacity,
+            n_kv_heads=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    def _run_layers(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]):
+        for index, layer in enumerate(self.body.layers):
+            x = layer(x, cos, sin, attend(index))
+        return self.body.norm(x)  # the loop's normed output state
+
+    def _count(self, work: Work, n: int, keys: float) -> None:
+        work.token_loops_executed += n
+        work.token_layers_executed += n * len(self.body.layers)
+        work.flops_executed += self.flops.loops(n, keys)
+
+    def _head(self, h: Tensor, work: Work) -> Tensor:
+        work.head_tokens += len(h)
+        work.flops_executed += self.flops.head * len(h)
+        return self.model.lm_head(h)
+
     def _finish_loop(
         self, t: int, slots: Tensor, h: Tensor, state: _TokenState, trace: Trace | None, work: Work
     ) -> Tensor:
-        """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H):
-        gate, stopping mass, exit decision, output logits. Returns "stops computing" (N,)."""
+        """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
+        stopping mass, exit decision, output logits. Returns "stops computing" (N,)."""
         last = t >= self.n_loops
         lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
@@ -216,10 +205,8 @@ class Engine:
         state.remaining[slots], state.cumulative[slots] = remaining, cumulative
         logits = logp = kl = None
         if self.rule.needs_logits or self.tracing:
-            logits = self.model.lm_head(h)  # (N, V)
+            logits = self._head(h, work)  # (N, V)
             logp = F.log_softmax(logits.float(), dim=-1)
-            work.head_tokens += len(slots)
-            work.flops_executed += self.flops.head * len(slots)
         if self.rule.needs_logits:
             if t >= 2:
                 prev = state.prev_logp[slots]
@@ -239,20 +226,16 @@ class Engine:
         report = exits & (state.reported[slots] == 0)
         if bool(report.any()):
             chosen = report.nonzero().squeeze(1)
-            if logits is None:
-                out = self.model.lm_head(h[chosen])
-                work.head_tokens += len(chosen)
-                work.flops_executed += self.flops.head * len(chosen)
-            else:
-                out = logits[chosen]
+            out = logits[chosen] if logits is not None else self._head(h[chosen], work)
             state.out_logits[slots[chosen]] = out
             state.reported[slots[chosen]] = t
         if self.policy.compute_all:
             return torch.full_like(exits, last)
         return exits
 
-    def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor) -> list[tuple[Tensor, Tensor]]:
+    def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor, work: Work) -> list:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
+        work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
         return [
             layer.self_attn.kv(layer.input_layernorm(h), cos, sin) for layer in self.body.layers
         ]
@@ -271,170 +254,127 @@ class Engine:
 
         Args:
             rows: token-id lists, or a (B, S) id tensor with ``attention_mask`` marking real
-                tokens (padding on either side; it is moved to the right internally).
+                tokens (padding on either side; it is moved to the right internally, where
+                causal attention never lets a real token see it).
             reserve: extra cache slots per row for tokens decoded afterwards.
-            keep_cache: build the depth-indexed cache (needed to decode afterwards).
+            keep_cache: keep every loop's K/V that decoding needs afterwards.
         """
         ids, lengths = _right_aligned(rows, attention_mask, self.device)
         b, s = ids.shape
-        cfg, body, n_loops = self.config, self.body, self.n_loops
         work = Work()
-        real = (
-            torch.arange(s, device=self.device)[None, :]
-            < torch.tensor(lengths, device=self.device)[:, None]
+        real = torch.arange(s, device=self.device)[None, :] < torch.tensor(lengths)[:, None].to(
+            self.device
         )
-        n_real = int(real.sum())
-        positions = torch.arange(s, device=self.device)
-        cos_s, sin_s = body.rotary_emb(positions, self.dtype)  # (S, d)
-        cache = DepthKVCache(
-            n_layers=cfg.num_hidden_layers,
-            n_loops=n_loops,
-            batch=b,
-            capacity=s + reserve,
-            n_kv_heads=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
-            dtype=self.dtype,
-            device=self.device,
-        )
-        cap = cache.capacity
+        cos_s, sin_s = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
+        cache = self._new_cache(b, s + reserve)
         state = _TokenState.create(
-            b * s, cfg.vocab_size, self.dtype, self.device, self.rule.needs_logits
+            b * s, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
         )
-        trace = Trace.empty(n_loops, b * s, self.top_k, self.device) if self.tracing else None
+        trace = Trace.empty(self.n_loops, b * s, self.top_k, self.device) if self.tracing else None
         loops_computed = torch.zeros(b * s, dtype=torch.long, device=self.device)
-        keys_per_token = (positions + 1).expand(b, s).flatten().float()  # causal keys seen
-        work.token_loops_full = n_real * n_loops
-        work.flops_full = (
-            self.flops.loops(n_real, float(keys_per_token[real.flatten()].sum())) * n_loops
-        )
+        keys = (torch.arange(s, device=self.device) + 1).repeat(b).float()  # causal keys seen
+        n_real = sum(lengths)
+        work.token_loops_full = n_real * self.n_loops
+        work.flops_full = self.n_loops * self.flops.loops(n_real, float(keys[real.flatten()].sum()))
         work.flops_full += self.flops.head * n_real
 
-        x = body.embed_tokens(ids).flatten(0, 1)  # (B*S, H)
+        x = self.body.embed_tokens(ids).flatten(0, 1)  # (B*S, H)
         active = real.clone()  # (B, S)
-        for t in range(1, n_loops + 1):
-            flat, q_rows, q_rank, width = _ragged(active)
+        for t in range(1, self.n_loops + 1):
+            flat = active.flatten().nonzero().squeeze(1)  # (N,) active tokens, into B*S
             if not len(flat):
                 break
             cols = flat % s
-            kv_index = q_rows * cap + cols  # into a (B*cap) flattened store
+            kv_index = flat // s * cache.capacity + cols  # into a (B*capacity) store
             if len(flat) == b * s:  # every position active: the fused causal kernel as is
-                attend = self._prefill_dense_attend(cache, b, s)
-                x_a, cos, sin = x.view(b, s, -1), cos_s, sin_s
+                h = self._run_layers(
+                    x.view(b, s, -1), cos_s, sin_s, self._dense_attend(cache, s)
+                ).flatten(0, 1)
             else:
-                attend = self._prefill_sparse_attend(
-                    cache, b, s, kv_index, q_rows * width + q_rank, cols, width
+                tiles = PrefillTiles(flat, b, s, self.dtype)
+                h = self._run_layers(
+                    x[flat], cos_s[cols], sin_s[cols], self._tiled_attend(cache, tiles, kv_index)
                 )
-                x_a, cos, sin = x[flat], cos_s[cols], sin_s[cols]
-            for layer_index, layer in enumerate(body.layers):
-                x_a = layer(x_a, cos, sin, attend(layer_index))
-            h = body.norm(x_a).reshape(len(flat), -1)  # (N, H)
-            n = len(flat)
-            work.token_loops_executed += n
-            work.token_layers_executed += n * len(body.layers)
-            work.flops_executed += self.flops.loops(n, float(keys_per_token[flat].sum()))
+            self._count(work, len(flat), float(keys[flat].sum()))
             loops_computed[flat] += 1
             stop = self._finish_loop(t, flat, h, state, trace, work)
             x[flat] = h
             active.view(-1)[flat[stop]] = False
-            if keep_cache and t < n_loops:
+            if keep_cache and t < self.n_loops:
                 # loop t's K/V that stays needed: positions going on (and, for recompute-kv,
-                # also those stopping now, whose terminal entry becomes the projection)
-                kept = active if not self.policy.frozen_terminal else _mask_of(flat, b, s)
-                self._keep_loop(cache, t, kept, cap)
-            if self.policy.frozen_terminal and t < n_loops and bool(stop.any()):
+                # those stopping now too, whose terminal entry becomes the projection)
+                kept = active.flatten().clone()
+                if self.policy.frozen_terminal:
+                    kept[flat] = True
+                self._keep_loop(cache, t, kept.view(b, s))
+            if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
                 frozen = stop.nonzero().squeeze(1)
-                index = kv_index[frozen]
-                for layer_index, (k, v) in enumerate(
-                    self._frozen_kv(h[frozen], cos_s[cols[frozen]], sin_s[cols[frozen]])
+                c = cols[frozen]
+                for index, (k, v) in enumerate(
+                    self._frozen_kv(h[frozen], cos_s[c], sin_s[c], work)
                 ):
-                    cache.e_k[layer_index].view(b * cap, *cache.entry_shape)[index] = k
-                    cache.e_v[layer_index].view(b * cap, *cache.entry_shape)[index] = v
-                work.flops_executed += self.flops.kv_projection * len(frozen) * len(body.layers)
+                    cache.e_k[index].view(-1, *cache.entry_shape)[kv_index[frozen]] = k
+                    cache.e_v[index].view(-1, *cache.entry_shape)[kv_index[frozen]] = v
 
-        compute_exit = loops_computed.view(b, s)
-        cache.exit_loop[:, :s] = compute_exit.to(torch.int8)
+        depth = loops_computed.view(b, s)
+        cache.exit_loop[:, :s] = depth.to(torch.int8)
         cache.e_len = list(lengths)
-        logits = state.out_logits.view(b, s, -1) * real[..., None]
         return PrefillResult(
             ids=ids,
             lengths=lengths,
-            logits=logits,
+            logits=state.out_logits.view(b, s, -1) * real[..., None],
             exit_loop=state.reported.view(b, s),
-            loops_computed=compute_exit,
+            loops_computed=depth,
             cache=cache if keep_cache else None,
-            trace=trace,
             work=work,
+            trace=trace,
             state=state,
         )
 
-    def _prefill_dense_attend(self, cache: DepthKVCache, b: int, s: int):
+    def _dense_attend(self, cache: DepthKVCache, s: int) -> Callable[[int], Attend]:
         causal = padded_causal_attend(None)
 
-        def for_layer(layer_index: int):
+        def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, S, heads, d)
-                cache.e_k[layer_index][:, :s] = k
-                cache.e_v[layer_index][:, :s] = v
+                cache.e_k[index][:, :s] = k
+                cache.e_v[index][:, :s] = v
                 return causal(q, k, v)
 
             return attend
 
         return for_layer
 
-    def _prefill_sparse_attend(
-        self,
-        cache: DepthKVCache,
-        b: int,
-        s: int,
-        kv_index: Tensor,
-        q_slot: Tensor,
-        q_pos: Tensor,
-        width: int,
-    ):
-        """Active queries, compacted per row to (B, width), attend to all positions' current
-        K/V: causal by position, built once per loop and shared by every layer."""
-        pos = torch.full((b * width,), -1, dtype=torch.long, device=self.device)
-        pos[q_slot] = q_pos
-        pos = pos.view(b, width)  # (B, W) position of each query slot, -1 = padding
-        keys = torch.arange(s, device=self.device)
-        visible = keys[None, None, :] <= pos[:, :, None]  # (B, W, S)
-        visible[..., 0] |= pos < 0  # padding slots look at one key: no all -inf row
-        mask = additive_mask(visible[:, None], self.dtype)  # (B, 1, W, S)
+    def _tiled_attend(
+        self, cache: DepthKVCache, tiles: PrefillTiles, kv_index: Tensor
+    ) -> Callable[[int], Attend]:
         entry = cache.entry_shape
 
-        def for_layer(layer_index: int):
-            ek, ev = cache.e_k[layer_index], cache.e_v[layer_index]
+        def for_layer(index: int) -> Attend:
+            ek, ev = cache.e_k[index], cache.e_v[index]
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
-                ek.view(-1, *entry)[kv_index] = k
+                ek.view(-1, *entry)[kv_index] = k  # active positions' loop-t K/V
                 ev.view(-1, *entry)[kv_index] = v
-                qp = q.new_zeros(b * width, *q.shape[1:])
-                qp[q_slot] = q
-                o = attend_segments(
-                    qp.view(b, width, *q.shape[1:]), [Segment(ek[:, :s], ev[:, :s], mask)]
-                )
-                return o.reshape(b * width, *q.shape[1:])[q_slot]
+                return tiles.attend(q, ek, ev)
 
             return attend
 
         return for_layer
 
-    def _keep_loop(self, cache: DepthKVCache, t: int, kept: Tensor, cap: int) -> None:
+    def _keep_loop(self, cache: DepthKVCache, t: int, kept: Tensor) -> None:
         """Copy loop t's K/V of the ``kept`` (B, S) positions into the loop-t store."""
-        flat, rows, rank, width = _ragged(kept)
+        flat = kept.flatten().nonzero().squeeze(1)
         if not len(flat):
             return
-        s = kept.shape[1]
-        cache.reserve_loop(t, width)
-        src = rows * cap + flat % s
-        for layer_index in range(cache.n_layers):
-            ck, cv = cache.loop_store(t, layer_index)
+        s, entry = kept.shape[1], cache.entry_shape
+        rows, rank = flat // s, (kept.cumsum(1) - 1).flatten()[flat]
+        cache.reserve_loop(t, int(kept.sum(1).max()))
+        src = rows * cache.capacity + flat % s
+        for index in range(cache.n_layers):
+            ck, cv = cache.loop_store(t, index)
             dst = rows * ck.shape[1] + rank
-            ck.view(-1, *cache.entry_shape)[dst] = cache.e_k[layer_index].view(
-                -1, *cache.entry_shape
-            )[src]
-            cv.view(-1, *cache.entry_shape)[dst] = cache.e_v[layer_index].view(
-                -1, *cache.entry_shape
-            )[src]
+            ck.view(-1, *entry)[dst] = cache.e_k[index].view(-1, *entry)[src]
+            cv.view(-1, *entry)[dst] = cache.e_v[index].view(-1, *entry)[src]
         cache.c_len[t - 1] = kept.sum(1).tolist()
 
     # -- decode ------------------------------------------------------------------------
@@ -455,22 +395,6 @@ class Engine:
         the last sampled token is run too, so its exit loop is known. Executed work is
         added to ``work`` as it happens.
         """
-        # The invariant of this loop, for every step and every row b still running:
-        #
-        # * Row b's current token (at position e_len[b]) is at loop t[b]; it is the only
-        #   token of row b computed in this step, and only it: earlier positions have all
-        #   exited and are never computed again.
-        # * Every earlier position j holds exactly the K/V it computed, per layer: its
-        #   terminal entry E[b, j] (exit_loop[b, j] = its compute depth e_j) and, for each
-        #   loop u < e_j, a loop-store entry C[u]. Under best-available the terminal entry
-        #   is its loop-e_j K/V; under recompute-kv it is its frozen exit state projected by
-        #   each layer, and C[e_j] also keeps its loop-e_j K/V; under select e_j = T.
-        # * At loop t the token attends to C[t] (positions that went deeper than t: their
-        #   loop-t K/V), to the terminal entries visible at t (best-available: e_j <= t,
-        #   i.e. each position at loop min(t, e_j)), and to its own loop-t K/V, written to
-        #   its terminal slot E[b, e_len[b]] before the layer attends.
-        # * When the token goes on to loop t+1, its loop-t K/V moves to C[t]; when it stops,
-        #   its slot is committed (exit_loop = t) and the next token starts at loop 1.
         cache = prefill.cache
         if cache is None:
             raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
@@ -479,73 +403,67 @@ class Engine:
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
             raise ValueError("prefill reserve is smaller than max_new_tokens")
         sampler = sampler or Sampler()
-        cfg, body, n_loops, policy = self.config, self.body, self.n_loops, self.policy
-        b = len(prefill.lengths)
         work = work if work is not None else Work()
+        b, n_loops, body = len(prefill.lengths), self.n_loops, self.body
         state = _TokenState.create(
-            b, cfg.vocab_size, self.dtype, self.device, self.rule.needs_logits
+            b, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
         )
         trace = Trace.empty(n_loops, b, self.top_k, self.device) if self.tracing else None
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
-        first_logits = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
-        tokens = [sampler(first_logits[row], row) for row in range(b)]
-        generated = [1] * b
-        loop = [1] * b
-        computed = [0] * b
+        first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
+        tokens = [sampler(first[row], row) for row in range(b)]
+        generated, loop, computed = [1] * b, [1] * b, [0] * b
         x = body.embed_tokens(torch.tensor(tokens, device=self.device))  # (B, H)
         live = list(range(b))
         for row in live:
             self._start_token(work, cache.e_len[row])
 
+        # The invariant of this loop, at every step, for every row r still running:
+        #
+        # * Row r's current token, at position e_len[r], is at loop loop[r]. It is the only
+        #   token of row r computed in this step: every earlier position has exited and is
+        #   never computed again.
+        # * Every earlier position j holds exactly the K/V it computed, per layer: one
+        #   terminal entry E[r, j] (exit_loop[r, j] = e_j, its compute depth) and, for each
+        #   loop u < e_j, an entry in the loop-u store C[u]. Under best-available the
+        #   terminal entry is its loop-e_j K/V; under recompute-kv it is its frozen exit
+        #   state projected by each layer, and C[e_j] also keeps its loop-e_j K/V (e_j < T);
+        #   under select every position computes every loop (e_j = T).
+        # * At loop t the token attends to all of C[t] (the positions that went deeper
+        #   than t: their loop-t K/V), to the terminal entries visible at t (best-available:
+        #   e_j <= t, so each position is seen at loop min(t, e_j)), and to its own loop-t
+        #   K/V, written to its terminal slot E[r, e_len[r]] before the layer attends.
+        # * When the token goes on to loop t+1 its loop-t K/V moves to C[t]; when it stops,
+        #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
+        #   starts at loop 1 in the next step, whatever loop the other rows are at.
         while live:
             rows = torch.tensor(live, device=self.device)
             pos = torch.tensor([cache.e_len[r] for r in live], device=self.device)
-            t_rows = torch.tensor([loop[r] for r in live], device=self.device)
-            lockstep = len(live) == b and len(set(loop[r] for r in live)) == 1
-            segments = self._decode_segments(cache, live, pos, t_rows, lockstep)
+            loops = [loop[r] for r in live]
+            plan = self._decode_plan(cache, live, pos, loops)
             cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
-            h = x[rows]
-            for layer_index, layer in enumerate(body.layers):
-                h = layer(
-                    h,
-                    cos,
-                    sin,
-                    self._decode_attend(cache, layer_index, rows, pos, segments, lockstep),
-                )
-            h = body.norm(h)  # (R, H)
-            n = len(live)
-            work.token_loops_executed += n
-            work.token_layers_executed += n * len(body.layers)
-            work.flops_executed += self.flops.loops(n, float((pos + 1).sum()))
-            stop = self._finish_loop_rows(rows, h, t_rows, state, trace, work)
+            h = self._run_layers(x[rows], cos, sin, self._cached_attend(cache, plan, rows, pos))
+            self._count(work, len(live), float((pos + 1).sum()))
+            stop = torch.zeros(len(live), dtype=torch.bool, device=self.device)
+            for t in sorted(set(loops)):  # the exit rule, per loop present
+                sel = torch.tensor([i for i, u in enumerate(loops) if u == t], device=self.device)
+                stop[sel] = self._finish_loop(t, rows[sel], h[sel], state, trace, work)
             x[rows] = h
-
-            going_on = [r for r, s in zip(live, stop.tolist(), strict=True) if not s]
-            stopping = [i for i, s in enumerate(stop.tolist()) if s]
-            for t in sorted({loop[r] for r in going_on}):
-                group = [r for r in going_on if loop[r] == t]
-                self._move_to_loop_store(cache, t, group)
-            if policy.frozen_terminal:
-                early = [i for i in stopping if loop[live[i]] < n_loops]
-                for t in sorted({loop[live[i]] for i in early}):
-                    group = [i for i in early if loop[live[i]] == t]
-                    self._move_to_loop_store(cache, t, [live[i] for i in group])
-                    self._write_frozen(
-                        cache, [live[i] for i in group], h[group], cos[group], sin[group], work
-                    )
-            for r in going_on:
-                loop[r] += 1
-                computed[r] += 1
+            stops = stop.tolist()
+            self._commit_kv(cache, live, loops, stops, h, cos, sin, work)
             finished = []
-            for i in stopping:
-                r = live[i]
+            for i, r in enumerate(live):
                 computed[r] += 1
-                slot = cache.e_len[r]
-                cache.exit_loop[r, slot] = loop[r]
+                if not stops[i]:
+                    loop[r] += 1
+                    continue
+                position = cache.e_len[r]
+                cache.exit_loop[r, position] = loop[r]
                 cache.e_len[r] += 1
-                yield self._record(r, slot, tokens[r], "generated", state, trace, r, computed[r])
-                done = generated[r] >= max_new_tokens or tokens[r] == eos_token_id
-                if done:
+                yield self._record(
+                    r, position, tokens[r], "generated", state, trace, r, computed[r]
+                )
+                if generated[r] >= max_new_tokens or tokens[r] == eos_token_id:
                     finished.append(r)
                     continue
                 tokens[r] = sampler(state.out_logits[r], r)
@@ -562,136 +480,85 @@ class Engine:
         work.token_loops_full += self.n_loops
         work.flops_full += self.flops.loops(1, position + 1) * self.n_loops + self.flops.head
 
-    def _finish_loop_rows(self, rows, h, t_rows, state, trace, work) -> Tensor:
-        """``_finish_loop`` for rows at different loops: one call per loop present."""
-        stop = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
-        for t in sorted(set(t_rows.tolist())):
-            sel = (t_rows == t).nonzero().squeeze(1)
-            stop[sel] = self._finish_loop(t, rows[sel], h[sel], state, trace, work)
-        return stop
-
-    def _decode_segments(self, cache, live, pos, t_rows, lockstep):
-        """Per step (shared by every layer): which terminal entries each row sees, and the
-        loop-store lengths. Returns what ``_decode_attend`` needs to build views."""
+    def _decode_plan(
+        self, cache: DepthKVCache, live: list[int], pos: Tensor, loops: list[int]
+    ) -> DecodePlan:
+        """Which terminal entries each row sees at its loop (its own slot included)."""
         width = int(pos.max()) + 1
         slots = torch.arange(width, device=self.device)
         exit_loop = cache.exit_loop[torch.tensor(live, device=self.device), :width].long()
-        visible = self.policy.terminal_visible(exit_loop, t_rows[:, None], self.n_loops)
+        t = torch.tensor(loops, device=self.device)[:, None]
+        visible = self.policy.terminal_visible(exit_loop, t, self.n_loops)
         visible &= slots[None, :] < pos[:, None]
-        visible |= slots[None, :] == pos[:, None]  # its own K/V at this loop
-        mask = cache.scratch(additive_mask(visible, self.dtype))  # (R, W)
-        all_visible = visible.all(1).tolist()
+        visible |= slots[None, :] == pos[:, None]
         c_lens = [
-            cache.c_len[loop - 1][r] if loop < self.n_loops else 0
-            for r, loop in zip(live, t_rows.tolist(), strict=True)
+            cache.c_len[u - 1][r] if u < self.n_loops else 0
+            for r, u in zip(live, loops, strict=True)
         ]
-        return {
-            "width": width,
-            "mask": mask,
-            "all_visible": all_visible,
-            "c_lens": c_lens,
-            "t": t_rows.tolist(),
-        }
-
-    def _decode_attend(self, cache, layer_index, rows, pos, seg, lockstep):
-        ek, ev = cache.e_k[layer_index], cache.e_v[layer_index]
-        n_loops = self.n_loops
-
-        def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
-            ek[rows, pos] = k  # own loop-t K/V into its terminal slot
-            ev[rows, pos] = v
-            q = q[:, None]  # (R, 1, nh, d)
-            if lockstep:
-                return self._attend_lockstep(cache, layer_index, q, seg)[:, 0]
-            outs = []
-            for i, r in enumerate(rows.tolist()):
-                p = int(pos[i]) + 1
-                mask = None if seg["all_visible"][i] else seg["mask"][i : i + 1, None, None, :p]
-                segments = [Segment(ek[r : r + 1, :p], ev[r : r + 1, :p], mask)]
-                t, c_len = seg["t"][i], seg["c_lens"][i]
-                if t < n_loops and c_len:
-                    ck, cv = cache.loop_store(t, layer_index)
-                    segments.append(Segment(ck[r : r + 1, :c_len], cv[r : r + 1, :c_len]))
-                outs.append(attend_segments(q[i : i + 1], segments))
-            return torch.cat(outs)[:, 0]
-
-        return attend
-
-    def _attend_lockstep(self, cache, layer_index, q, seg) -> Tensor:
-        """All rows at the same loop: one batched call per segment."""
-        width, t = seg["width"], seg["t"][0]
-        ek, ev = cache.e_k[layer_index], cache.e_v[layer_index]
-        mask = None if all(seg["all_visible"]) else seg["mask"][:, None, None, :]
-        segments = [Segment(ek[:, :width], ev[:, :width], mask)]
-        c_lens = seg["c_lens"]
-        longest = max(c_lens)
-        if t < self.n_loops and longest:
-            ck, cv = cache.loop_store(t, layer_index)
-            lens = torch.tensor(c_lens, device=self.device)
-            present = torch.arange(longest, device=self.device)[None, :] < lens[:, None]  # (B, Lc)
-            c_mask = (
-                None
-                if all(c == longest for c in c_lens)
-                else additive_mask(present, self.dtype)[:, None, None]
-            )
-            blind = (lens == 0)[:, None, None] if min(c_lens) == 0 else None
-            segments.append(Segment(ck[:, :longest], cv[:, :longest], c_mask, blind))
-        return attend_segments(q, segments)
-
-    def _move_to_loop_store(self, cache: DepthKVCache, t: int, rows: list[int]) -> None:
-        """Rows' current loop-t K/V (in their terminal slots) -> the loop-t store."""
-        index = torch.tensor(rows, device=self.device)
-        slots = torch.tensor([cache.e_len[r] for r in rows], device=self.device)
-        cache.append_loop(
-            t,
-            index,
-            [cache.e_k[layer][index, slots] for layer in range(cache.n_layers)],
-            [cache.e_v[layer][index, slots] for layer in range(cache.n_layers)],
+        plan = DecodePlan(
+            rows=live,
+            batch=cache.batch,
+            pos=pos,
+            loops=loops,
+            visible=visible,
+            c_lens=c_lens,
+            n_loops=self.n_loops,
+            dtype=self.dtype,
         )
+        cache.note_scratch(plan.nbytes())
+        return plan
 
-    def _write_frozen(self, cache, rows, h, cos, sin, work) -> None:
-        index = torch.tensor(rows, device=self.device)
-        slots = torch.tensor([cache.e_len[r] for r in rows], device=self.device)
-        for layer_index, (k, v) in enumerate(self._frozen_kv(h, cos, sin)):
-            cache.e_k[layer_index][index, slots] = k
-            cache.e_v[layer_index][index, slots] = v
-        work.flops_executed += self.flops.kv_projection * len(rows) * cache.n_layers
+    def _cached_attend(self, cache, plan: DecodePlan, rows: Tensor, pos: Tensor):
+        def for_layer(index: int) -> Attend:
+            ek, ev = cache.e_k[index], cache.e_v[index]
+            stores = {t: cache.loop_store(t, index) for t in set(plan.loops) if t < self.n_loops}
+
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
+                ek[rows, pos] = k  # its own loop-t K/V, into its terminal slot
+                ev[rows, pos] = v
+                return plan.attend(q[:, None], (ek, ev), stores)[:, 0]
+
+            return attend
+
+        return for_layer
+
+    def _commit_kv(self, cache, live, loops, stops, h, cos, sin, work) -> None:
+        """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
+        stopping before the last loop) into the loop-t store; frozen projections in."""
+        moving = [
+            i
+            for i, stop in enumerate(stops)
+            if not stop or (self.policy.frozen_terminal and loops[i] < self.n_loops)
+        ]
+        for t in sorted({loops[i] for i in moving}):
+            group = [live[i] for i in moving if loops[i] == t]
+            index = torch.tensor(group, device=self.device)
+            slots = torch.tensor([cache.e_len[r] for r in group], device=self.device)
+            cache.append_loop(
+                t,
+                index,
+                [cache.e_k[layer][index, slots] for layer in range(cache.n_layers)],
+                [cache.e_v[layer][index, slots] for layer in range(cache.n_layers)],
+            )
+        frozen = [i for i in moving if stops[i]]
+        if frozen:
+            sel = torch.tensor(frozen, device=self.device)
+            index = torch.tensor([live[i] for i in frozen], device=self.device)
+            slots = torch.tensor([cache.e_len[live[i]] for i in frozen], device=self.device)
+            for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], work)):
+                cache.e_k[layer][index, slots] = k
+                cache.e_v[layer][index, slots] = v
 
     def _record(self, row, position, token_id, phase, state, trace, slot, computed) -> TokenRecord:
-        n = computed
-        if trace is None:
-            lam = p = cum = []
-            kl: list[float | None] = []
-            top: list[list[tuple[int, float]]] = []
-        else:
-            lam = trace.gate_lambda[:n, slot].tolist()
-            p = trace.exit_p[:n, slot].tolist()
-            cum = trace.cumulative[:n, slot].tolist()
-            kl = [None if v != v else v for v in trace.kl[:n, slot].tolist()]
-            top = (
-                [
-                    list(zip(ids, probs, strict=True))
-                    for ids, probs in zip(
-                        trace.top_ids[:n, slot].tolist(),
-                        trace.top_probs[:n, slot].tolist(),
-                        strict=True,
-                    )
-                ]
-                if self.top_k
-                else [[] for _ in range(n)]
-            )
+        loops = trace.record(slot, computed, self.top_k) if trace is not None else {}
         return TokenRecord(
             row=row,
             position=position,
             token_id=int(token_id),
             phase=phase,
             exit_loop=int(state.reported[slot]),
-            loops_computed=n,
-            gate_lambda=lam,
-            exit_p=p,
-            cumulative=cum,
-            kl=kl,
-            top=top,
+            loops_computed=computed,
+            **loops,
         )
 
     def prompt_records(self, prefill: PrefillResult) -> Iterator[TokenRecord]:
@@ -699,7 +566,6 @@ class Engine:
         s = prefill.ids.shape[1]
         for row, n in enumerate(prefill.lengths):
             for position in range(n):
-                slot = row * s + position
                 yield self._record(
                     row,
                     position,
@@ -707,15 +573,9 @@ class Engine:
                     "prompt",
                     prefill.state,
                     prefill.trace,
-                    slot,
+                    row * s + position,
                     int(prefill.loops_computed[row, position]),
                 )
-
-
-def _mask_of(flat: Tensor, b: int, s: int) -> Tensor:
-    mask = torch.zeros(b * s, dtype=torch.bool, device=flat.device)
-    mask[flat] = True
-    return mask.view(b, s)
 
 
 def _right_aligned(

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernels.checkpoint import LoadedModel
-from kernels.engine import Engine, FlopModel, TokenRecord, Work
+from kernels.engine import Engine, TokenRecord
 from kernels.rules import Convergence, ExitRule, Fixed, QExit, kv_policy
 from kernels.sampling import Sampler
+from kernels.work import FlopModel, Work
 
 EXIT_RULES = ("q-exit", "convergence", "fixed")
 
@@ -191,14 +192,14 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
         n_generated += 1
         exits.append(record.exit_loop)
         first_token_s = first_token_s or time.perf_counter() - start
-        yield _event(record, pieces, _sum(prompt_work, work), cache, start)
+        yield _event(record, pieces, prompt_work + work, cache, start)
         if record.token_id == eos:
             stopped = "eos"
         if should_stop():
             stopped = "stopped"
             break
     decode_s = time.perf_counter() - decode_start
-    total = _sum(prompt_work, work)
+    total = prompt_work + work
     generated_exits = exits[len(prompt) :]
     stream.summary = _json_safe(
         {
@@ -221,10 +222,6 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
             "stopped": stopped,
         }
     )
-
-
-def _sum(a: Work, b: Work) -> Work:
-    return Work(**{k: getattr(a, k) + getattr(b, k) for k in a.to_dict()})
 
 
 def _event(record: TokenRecord, pieces: _Pieces, work: Work, cache, start: float) -> TokenEvent:

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
-from kernels.engine import Engine, Work
+from kernels import attention
+from kernels.engine import Engine
 from kernels.rules import Convergence, Fixed, QExit
+from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
 POLICIES = ["best-available", "select", "recompute-kv"]
@@ -219,3 +221,25 @@ def test_trace_records_the_gate_and_a_logit_lens_per_computed_loop(ouro_tiny, re
     logits = reference["step_logits"][0, 0, 0]
     assert list(ids) == logits.topk(3).indices.tolist()
     torch.testing.assert_close(torch.tensor(probs), logits.softmax(-1).topk(3).values)
+
+
+@pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
+def test_prefill_query_tiles_give_the_same_result(ouro_tiny, prompts, policy, monkeypatch):
+    # given tiles of 4 positions instead of one tile for these short prompts
+    engine = Engine(ouro_tiny.model, QExit(0.6), policy)
+    one_tile = engine.prefill(prompts)
+    monkeypatch.setattr(attention, "TILE_MIN", 4)
+
+    # when
+    tiled = engine.prefill(prompts)
+
+    # then
+    assert torch.equal(tiled.exit_loop, one_tile.exit_loop)
+    torch.testing.assert_close(tiled.logits, one_tile.logits, atol=ATOL, rtol=0)
+    _, naive = naive_generate(ouro_tiny.model, QExit(0.6), policy, prompts[2], 0, n_loops=4)
+    torch.testing.assert_close(
+        tiled.logits[2, : len(prompts[2])],
+        torch.stack([t.logits for t in naive]),
+        atol=ATOL,
+        rtol=0,
+    )
