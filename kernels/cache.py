@@ -116,14 +116,31 @@ class DepthKVCache:
         for b in row_list:
             lens[b] += 1
 
-    def set_loop(self, t: int, k: list[Tensor], v: list[Tensor], lengths: list[int]) -> None:
-        """Install loop t's store from prefill: k[layer] (B, L, nkv, d), ``lengths`` per row."""
-        self.reserve_loop(t, k[0].shape[1])
-        for layer in range(self.n_layers):
-            ck, cv = self.loop_store(t, layer)
-            ck[:, : k[layer].shape[1]] = k[layer]
-            cv[:, : v[layer].shape[1]] = v[layer]
-        self.c_len[t - 1] = list(lengths)
+    def load_row(self, row: int, source: DepthKVCache) -> None:
+        """Replace sequence ``row`` with row 0 of ``source`` (a new request's prefill cache).
+
+        The source's transient bytes count toward this cache's peak.
+        """
+        n = source.e_len[0]
+        if n > self.capacity:
+            raise ValueError(f"a {n}-token prompt does not fit a {self.capacity}-slot cache")
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes + source.peak_bytes)
+        for mine, theirs in ((self.e_k, source.e_k), (self.e_v, source.e_v)):
+            for layer in range(self.n_layers):
+                mine[layer][row, :n] = theirs[layer][0, :n]
+        self.exit_loop[row] = 0
+        self.exit_loop[row, :n] = source.exit_loop[0, :n]
+        self.e_len[row] = n
+        for t in range(1, self.n_loops):
+            length = source.c_len[t - 1][0]
+            self.c_len[t - 1][row] = length
+            if not length:
+                continue
+            self.reserve_loop(t, length)
+            for layer in range(self.n_layers):
+                (ck, cv), (sk, sv) = self.loop_store(t, layer), source.loop_store(t, layer)
+                ck[row, :length] = sk[0, :length]
+                cv[row, :length] = sv[0, :length]
 
     # -- reporting ---------------------------------------------------------------------
     def entries(self) -> int:

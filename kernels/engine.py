@@ -16,6 +16,7 @@ of idling until the deepest sequence of the batch is done.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -164,6 +165,8 @@ class Engine:
         self.flops = FlopModel(self.config)
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
+        self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
+        self.queued_prefill_s = 0.0
 
     def _new_cache(self, batch: int, capacity: int) -> DepthKVCache:
         cfg = self.config
@@ -194,10 +197,18 @@ class Engine:
         return self.model.lm_head(h)
 
     def _finish_loop(
-        self, t: int, slots: Tensor, h: Tensor, state: _TokenState, trace: Trace | None, work: Work
+        self,
+        t: int | Tensor,
+        slots: Tensor,
+        h: Tensor,
+        state: _TokenState,
+        trace: Trace | None,
+        work: Work,
     ) -> Tensor:
         """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
-        stopping mass, exit decision, output logits. Returns "stops computing" (N,)."""
+        stopping mass, exit decision, output logits (one LM-head call for all of them).
+        ``t`` is one loop or, in decode, each token's own loop (N,). Returns "stops
+        computing" (N,)."""
         last = t >= self.n_loops
         lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
@@ -208,9 +219,9 @@ class Engine:
             logits = self._head(h, work)  # (N, V)
             logp = F.log_softmax(logits.float(), dim=-1)
         if self.rule.needs_logits:
-            if t >= 2:
-                prev = state.prev_logp[slots]
-                kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
+            prev = state.prev_logp[slots]
+            kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
+            kl = torch.where(torch.as_tensor(t, device=kl.device) >= 2, kl, float("nan"))
             state.prev_logp[slots] = logp
         exits = self.rule.exits(t, self.n_loops, cumulative, kl)  # (N,)
         if trace is not None:
@@ -218,7 +229,7 @@ class Engine:
             trace.exit_p[t - 1, slots] = p
             trace.cumulative[t - 1, slots] = cumulative
             if kl is not None:
-                trace.kl[t - 1, slots] = kl
+                trace.kl[t - 1, slots] = kl  # NaN at loop 1
             if self.top_k:
                 top = logp.topk(self.top_k, dim=-1)
                 trace.top_ids[t - 1, slots] = top.indices
@@ -228,9 +239,9 @@ class Engine:
             chosen = report.nonzero().squeeze(1)
             out = logits[chosen] if logits is not None else self._head(h[chosen], work)
             state.out_logits[slots[chosen]] = out
-            state.reported[slots[chosen]] = t
+            state.reported[slots[chosen]] = t if isinstance(t, int) else t[chosen]
         if self.policy.compute_all:
-            return torch.full_like(exits, last)
+            return torch.zeros_like(exits) | last
         return exits
 
     def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor, work: Work) -> list:
@@ -387,6 +398,7 @@ class Engine:
         sampler: Sampler | None = None,
         eos_token_id: int | None = None,
         work: Work | None = None,
+        queue: Iterator[list[int]] | None = None,
     ) -> Iterator[TokenRecord]:
         """Generate up to ``max_new_tokens`` per row after ``prefill`` (built with
         ``reserve >= max_new_tokens``), yielding each token once it has run its loops.
@@ -394,6 +406,12 @@ class Engine:
         Each row stops after its ``max_new_tokens``-th token or after ``eos_token_id``;
         the last sampled token is run too, so its exit loop is known. Executed work is
         added to ``work`` as it happens.
+
+        With a ``queue`` of further prompts the batch is served continuously: a finished
+        row takes the next prompt (prefilled alone, then loaded into that row's cache), so
+        the batch stays full and a request's cheap tokens free room for the others'.
+        Records then name requests: ``row`` is the prefill's row for the first B requests,
+        B, B+1, ... for the queued ones in order (their prompt positions are not yielded).
         """
         cache = prefill.cache
         if cache is None:
@@ -413,6 +431,8 @@ class Engine:
         first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
         tokens = [sampler(first[row], row) for row in range(b)]
         generated, loop, computed = [1] * b, [1] * b, [0] * b
+        request = list(range(b))  # the request each row is serving
+        queued, next_request = iter(queue or ()), b
         x = body.embed_tokens(torch.tensor(tokens, device=self.device))  # (B, H)
         live = list(range(b))
         for row in live:
@@ -444,10 +464,8 @@ class Engine:
             cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
             h = self._run_layers(x[rows], cos, sin, self._cached_attend(cache, plan, rows, pos))
             self._count(work, len(live), float((pos + 1).sum()))
-            stop = torch.zeros(len(live), dtype=torch.bool, device=self.device)
-            for t in sorted(set(loops)):  # the exit rule, per loop present
-                sel = torch.tensor([i for i, u in enumerate(loops) if u == t], device=self.device)
-                stop[sel] = self._finish_loop(t, rows[sel], h[sel], state, trace, work)
+            t = torch.tensor(loops, device=self.device)
+            stop = self._finish_loop(t, rows, h, state, trace, work)
             x[rows] = h
             stops = stop.tolist()
             self._commit_kv(cache, live, loops, stops, h, cos, sin, work)
@@ -461,13 +479,19 @@ class Engine:
                 cache.exit_loop[r, position] = loop[r]
                 cache.e_len[r] += 1
                 yield self._record(
-                    r, position, tokens[r], "generated", state, trace, r, computed[r]
+                    request[r], position, tokens[r], "generated", state, trace, r, computed[r]
                 )
                 if generated[r] >= max_new_tokens or tokens[r] == eos_token_id:
-                    finished.append(r)
-                    continue
-                tokens[r] = sampler(state.out_logits[r], r)
-                generated[r] += 1
+                    prompt = next(queued, None)
+                    if prompt is None:
+                        finished.append(r)
+                        continue
+                    request[r], next_request = next_request, next_request + 1
+                    logits = self._load_request(cache, r, prompt, max_new_tokens)
+                    tokens[r], generated[r] = sampler(logits, request[r]), 1
+                else:
+                    tokens[r] = sampler(state.out_logits[r], request[r])
+                    generated[r] += 1
                 loop[r], computed[r] = 1, 0
                 state.reset(r)
                 if trace is not None:
@@ -475,6 +499,22 @@ class Engine:
                 x[r] = body.embed_tokens.weight[tokens[r]]
                 self._start_token(work, cache.e_len[r])
             live = [r for r in live if r not in finished]
+
+    def _load_request(
+        self, cache: DepthKVCache, row: int, prompt: list[int], max_new_tokens: int
+    ) -> Tensor:
+        """Prefill a queued prompt alone into ``row``; returns its next-token logits (V,)."""
+        if len(prompt) + max_new_tokens > cache.capacity:
+            raise ValueError(
+                f"a queued prompt of {len(prompt)} tokens + {max_new_tokens} new ones does "
+                f"not fit the batch's {cache.capacity} cache slots"
+            )
+        start = time.perf_counter()
+        result = self.prefill([prompt])
+        self.queued_prefill_work = self.queued_prefill_work + result.work
+        self.queued_prefill_s += time.perf_counter() - start
+        cache.load_row(row, result.cache)
+        return result.logits[0, len(prompt) - 1]
 
     def _start_token(self, work: Work, position: int) -> None:
         work.token_loops_full += self.n_loops

@@ -45,12 +45,18 @@ def check_q(q: float) -> float:
     return float(q)
 
 
-def step_mass(lam: Tensor | float, remaining: Tensor | float, is_last: bool):
+def step_mass(lam: Tensor | float, remaining: Tensor | float, is_last: bool | Tensor):
     """One loop of the stopping distribution, for loop-by-loop use in the engine.
 
     Returns (p_t, remaining after t). At the last loop p_t is the whole remainder. The
     remainder is carried as a running product of (1 − λ), in the reference's order.
+    ``is_last`` may be a per-token bool tensor (tokens at different loops).
     """
+    if isinstance(is_last, Tensor):
+        return (
+            torch.where(is_last, remaining, remaining * lam),
+            torch.where(is_last, 0.0, remaining * (1 - lam)),
+        )
     if is_last:
         return remaining, remaining * 0
     return remaining * lam, remaining * (1 - lam)

@@ -1,12 +1,14 @@
 """Exit rules (when a token stops looping) and KV policies (what later loops see of it).
 
-Both are chosen per request and reported under their own names.
+Both are chosen per request and reported under their own names. A rule takes the loop t
+as one int (prefill) or as each token's own loop, a tensor (decode mixes loops).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from kernels.exits import check_q
@@ -23,9 +25,10 @@ class QExit:
     def __post_init__(self) -> None:
         check_q(self.q)
 
-    def exits(self, t: int, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
-        done = cumulative >= self.q if self.q < 1.0 else cumulative < 0  # q = 1: full depth
-        return done | (t >= n_loops)
+    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
+        if self.q >= 1.0:  # full depth, whatever the cumulative rounds to
+            return torch.zeros_like(cumulative, dtype=torch.bool) | (t >= n_loops)
+        return (cumulative >= self.q) | (t >= n_loops)
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,8 @@ class Convergence:
         if not self.kl_threshold >= 0:
             raise ValueError(f"kl_threshold must be >= 0, got {self.kl_threshold}")
 
-    def exits(self, t: int, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
-        done = kl < self.kl_threshold if kl is not None else cumulative < 0
+    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
+        done = kl < self.kl_threshold  # NaN (loop 1: nothing to compare) is never below
         return done | (t >= n_loops)
 
 
@@ -58,8 +61,8 @@ class Fixed:
         if self.loops < 1:
             raise ValueError(f"fixed loops must be >= 1, got {self.loops}")
 
-    def exits(self, t: int, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
-        return (cumulative < 0) | (t >= min(self.loops, n_loops))
+    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
+        return torch.zeros_like(cumulative, dtype=torch.bool) | (t >= min(self.loops, n_loops))
 
 
 ExitRule = QExit | Convergence | Fixed

@@ -243,3 +243,33 @@ def test_prefill_query_tiles_give_the_same_result(ouro_tiny, prompts, policy, mo
         atol=ATOL,
         rtol=0,
     )
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_queue_keeps_the_batch_full_and_each_request_unchanged(ouro_tiny, prompts, policy):
+    # given five requests served by two rows
+    requests = prompts + [prompts[0][:4], prompts[2][5:]]
+    engine = Engine(ouro_tiny.model, QExit(0.6), policy)
+    longest = max(map(len, requests))
+    prefill = engine.prefill(requests[:2], reserve=longest + 5)
+
+    # when
+    served = [[] for _ in requests]
+    for record in engine.decode(prefill, max_new_tokens=5, queue=iter(requests[2:])):
+        served[record.row].append((record.token_id, record.exit_loop))
+
+    # then every request generated what it generates alone
+    for request, prompt in enumerate(requests):
+        _, alone, records = greedy(engine, [prompt], 5)
+        assert served[request] == list(
+            zip(alone[0], [r.exit_loop for r in records[0]], strict=True)
+        )
+    assert engine.queued_prefill_work.token_loops_executed > 0
+
+
+def test_a_queued_prompt_too_long_for_the_cache_is_a_clear_error(ouro_tiny, prompts):
+    engine = Engine(ouro_tiny.model)
+    prefill = engine.prefill([prompts[1]], reserve=2)
+
+    with pytest.raises(ValueError, match="does not fit"):
+        list(engine.decode(prefill, max_new_tokens=2, queue=iter([prompts[2]])))
