@@ -48,13 +48,17 @@ def additive_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
     return zeros.masked_fill_(~visible, float("-inf"))
 
 
+def _use_fused_cpu(q: Tensor) -> bool:
+    return q.device.type == "cpu"
+
+
 def attend_with_lse(q: Tensor, segment: Segment) -> tuple[Tensor, Tensor]:
     """q (B, Lq, nh, d) over one segment -> (o (B, nh, Lq, d), lse (B, nh, Lq)).
 
     Rows that see no key at all give garbage; callers mark them (see :func:`merge`).
     """
     qh, kh, vh = q.transpose(1, 2), segment.k.transpose(1, 2), segment.v.transpose(1, 2)
-    if q.device.type == "cpu":
+    if _use_fused_cpu(q):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             qh, kh, vh, attn_mask=segment.mask
         )
@@ -183,21 +187,27 @@ class DecodePlan:
     def nbytes(self) -> int:
         return self.mask.numel() * self.mask.element_size()
 
-    def attend(self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict) -> Tensor:
-        """q (R, 1, nh, d); terminal (K, V) (B, S, nkv, d); stores {t: (K, V)} -> (R, 1, nh, d)."""
+    def attend(
+        self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict, layer: int
+    ) -> Tensor:
+        """q (R, 1, nh, d); terminal (K, V) (B, S, nkv, d); stores {t: LoopStore} of the
+        loops present; -> (R, 1, nh, d)."""
         if not self.batched:
-            return torch.cat(
-                [self._attend_row(i, q, terminal, stores) for i in range(len(self.rows))]
-            )
+            rows = [self._attend_row(i, q, terminal, stores, layer) for i in range(len(self.rows))]
+            return torch.cat(rows)
         ek, ev = terminal
         mask = None if all(self.all_visible) else self.mask[:, None, None, :]
         parts = [attend_with_lse(q, Segment(ek[:, : self.width], ev[:, : self.width], mask))]
-        if self.same_loop and self.loops[0] < self.n_loops and max(self.c_lens):
-            parts.append(self._batched_store(q, stores[self.loops[0]]))
-        elif not self.same_loop:
-            part = self._per_row_stores(q, stores, parts[0])
-            if part is not None:
-                parts.append(part)
+        t = self.loops[0]
+        batched = (
+            stores[t].batched(layer)
+            if self.same_loop and t < self.n_loops and max(self.c_lens)
+            else None
+        )
+        if batched is not None:
+            parts.append(self._batched_store(q, batched))
+        elif any(self.c_lens):
+            parts.append(self._per_row_stores(q, stores, layer, parts[0]))
         if len(parts) == 1:
             return parts[0][0].transpose(1, 2)
         return merge(parts).transpose(1, 2)
@@ -214,26 +224,20 @@ class DecodePlan:
         o, lse = attend_with_lse(q, Segment(ck[:, :longest], cv[:, :longest], mask))
         return o, lse.masked_fill((lens == 0)[:, None, None], float("-inf"))
 
-    def _per_row_stores(self, q, stores, like) -> tuple[Tensor, Tensor] | None:
+    def _per_row_stores(self, q, stores, layer, like) -> tuple[Tensor, Tensor]:
         o_like, lse_like = like
         o_c, lse_c = torch.zeros_like(o_like), torch.full_like(lse_like, float("-inf"))
-        any_store = False
         for i, (r, t, n) in enumerate(zip(self.rows, self.loops, self.c_lens, strict=True)):
-            if t >= self.n_loops or not n:
-                continue
-            ck, cv = stores[t]
-            o, lse = attend_with_lse(q[i : i + 1], Segment(ck[r : r + 1, :n], cv[r : r + 1, :n]))
-            o_c[i], lse_c[i] = o[0], lse[0]
-            any_store = True
-        return (o_c, lse_c) if any_store else None
+            if n:
+                o, lse = attend_with_lse(q[i : i + 1], Segment(*stores[t].row(layer, r)))
+                o_c[i], lse_c[i] = o[0], lse[0]
+        return o_c, lse_c
 
-    def _attend_row(self, i: int, q: Tensor, terminal, stores) -> Tensor:
+    def _attend_row(self, i: int, q: Tensor, terminal, stores, layer: int) -> Tensor:
         r, p = self.rows[i], self.pos[i] + 1
         ek, ev = terminal
         mask = None if self.all_visible[i] else self.mask[i : i + 1, None, None, :p]
         segments = [Segment(ek[r : r + 1, :p], ev[r : r + 1, :p], mask)]
-        t, n = self.loops[i], self.c_lens[i]
-        if t < self.n_loops and n:
-            ck, cv = stores[t]
-            segments.append(Segment(ck[r : r + 1, :n], cv[r : r + 1, :n]))
+        if self.c_lens[i]:
+            segments.append(Segment(*stores[self.loops[i]].row(layer, r)))
         return attend_segments(q[i : i + 1], segments)

@@ -1,24 +1,26 @@
 """The depth-indexed KV cache: per position, only the loops that position computed.
 
-Layout, per layer, for a batch of B sequences (token-major tensors, (B, slots, kv_heads, d)):
+Layout, per layer, for a batch of B sequences (token-major: one entry is (kv_heads, d)):
 
-- the *terminal* store ``E``: one entry per position (slot = position), the K/V a later
-  query sees once it is past the position's exit loop. ``exit_loop[b, s]`` (shared by all
-  layers) records that loop; the KV policy decides what the entry holds and from which
-  loop on it is visible.
-- the *loop stores* ``C[t]`` for t = 1 … T−1: the loop-t K/V of the positions that were
-  still running at loop t and whose terminal entry is not the loop-t one. Entry order
-  does not matter: keys carry their RoPE phase, so attention over a set of keys is
-  order-free. Rows are ragged (``c_len[t][b]`` valid entries).
+- the *terminal* store ``E`` (B, S, nkv, d): one entry per position (slot = position),
+  the K/V a later query sees once it is past the position's exit loop.
+  ``exit_loop[b, s]`` (shared by all layers) records that loop; the KV policy decides
+  what the entry holds and from which loop on it is visible.
+- the *loop stores* (:class:`LoopStore`), one for each loop t = 1 … T−1: the loop-t
+  K/V of the positions that were still running at loop t and whose terminal entry is
+  not the loop-t one. Rows are ragged, so each row owns its own region of one packed
+  tensor. Entry order does not matter: keys carry their RoPE phase, so attention over a
+  set of keys is order-free.
 
 A query at loop t therefore reads two segments, ``E`` (masked to what is visible at t)
-and ``C[t]``, which together hold exactly one entry per earlier position. Memory grows
-with the sum of exit depths (plus one terminal entry per early exit for policies whose
-terminal entry is not a computed loop), never with T × length.
+and the loop-t store, which together hold exactly one entry per earlier position.
+Memory grows with the sum of exit depths (plus one terminal entry per early exit for
+policies whose terminal entry is not a computed loop), never with T × length.
 
 Every byte allocated here is counted (index and length tables included), with the peak.
-A loop store is first sized exactly (from prefill), then grows by 1/16 (at least 16
-slots) when decoding needs more; while it grows, the old and the new tensor both count.
+Loop stores are sized exactly from prefill; when decoding needs room, a store is
+re-packed with each row's region grown by 1/16 (at least 16 slots), the old and the
+new tensors both counting while it is copied.
 """
 
 from __future__ import annotations
@@ -26,7 +28,96 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-GROWTH_MIN = 16  # a loop store grows by at least this many slots, or 1/16 of its size
+GROWTH_MIN = 16  # a row's loop-store region grows by at least this many slots, or 1/16
+TABLE_ENTRY = 8  # bytes per entry of a Python-side index table, counted as int64
+
+
+class LoopStore:
+    """Loop t's K/V (every layer) of the positions that went on past t; rows packed.
+
+    Row b's entries are ``k[layer][offsets[b] : offsets[b] + lens[b]]``, in a region of
+    ``caps[b]`` slots.
+    """
+
+    def __init__(self, cache: DepthKVCache, caps: list[int]) -> None:
+        self.cache = cache
+        self.lens = [0] * cache.batch
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+        self.caps: list[int] = [0] * cache.batch
+        self.offsets: list[int] = [0] * cache.batch
+        cache._account(3 * cache.batch * TABLE_ENTRY)  # offsets, caps, lens
+        self._repack(caps)
+
+    def _repack(self, caps: list[int]) -> None:
+        cache = self.cache
+        offsets = [sum(caps[:b]) for b in range(cache.batch)]
+        shape = (sum(caps), *cache.entry_shape)
+        fresh = not self.k
+        for tensors in (self.k, self.v):
+            for layer in range(cache.n_layers):
+                new = cache._alloc(shape)
+                if not fresh:
+                    old = tensors[layer]
+                    for b, n in enumerate(self.lens):
+                        new[offsets[b] : offsets[b] + n] = old[
+                            self.offsets[b] : self.offsets[b] + n
+                        ]
+                    cache._free(old)
+                    tensors[layer] = new
+                else:
+                    tensors.append(new)
+        self.caps, self.offsets = caps, offsets
+
+    def reserve(self, needed: list[int]) -> None:
+        """Make every row's region hold ``needed[b]`` entries (re-packing if one is short)."""
+        if all(n <= c for n, c in zip(needed, self.caps, strict=True)):
+            return
+        self._repack(
+            [
+                c if n == 0 else max(c, n + max(GROWTH_MIN, n // 16))
+                for n, c in zip(needed, self.caps, strict=True)
+            ]
+        )
+
+    def row(self, layer: int, b: int) -> tuple[Tensor, Tensor]:
+        """Row b's entries of one layer: (K, V), each (lens[b], nkv, d), views."""
+        start, stop = self.offsets[b], self.offsets[b] + self.lens[b]
+        return self.k[layer][None, start:stop], self.v[layer][None, start:stop]
+
+    def batched(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        """(B, cap, nkv, d) views when every row's region has the same size, else None."""
+        cap = self.caps[0]
+        if any(c != cap for c in self.caps):
+            return None
+        b = self.cache.batch
+        return self.k[layer].view(b, cap, *self.cache.entry_shape), self.v[layer].view(
+            b, cap, *self.cache.entry_shape
+        )
+
+    def append(self, rows: list[int], k: list[Tensor], v: list[Tensor]) -> None:
+        """One entry for each row in ``rows``: k[layer], v[layer] are (R, nkv, d)."""
+        needed = list(self.lens)
+        for b in rows:
+            needed[b] += 1
+        self.reserve(needed)
+        slots = torch.tensor(
+            [self.offsets[b] + self.lens[b] for b in rows], device=self.cache.device
+        )
+        for layer in range(self.cache.n_layers):
+            self.k[layer][slots] = k[layer]
+            self.v[layer][slots] = v[layer]
+        for b in rows:
+            self.lens[b] += 1
+
+    def set_row(self, b: int, k: list[Tensor], v: list[Tensor]) -> None:
+        """Replace row b's entries: k[layer], v[layer] are (n, nkv, d)."""
+        n = len(k[0])
+        self.reserve([n if r == b else c for r, c in enumerate(self.lens)])
+        for layer in range(self.cache.n_layers):
+            self.k[layer][self.offsets[b] : self.offsets[b] + n] = k[layer]
+            self.v[layer][self.offsets[b] : self.offsets[b] + n] = v[layer]
+        self.lens[b] = n
 
 
 class DepthKVCache:
@@ -53,11 +144,9 @@ class DepthKVCache:
         self.e_v = [self._alloc(shape) for _ in range(n_layers)]
         self.exit_loop = self._alloc((batch, capacity), torch.int8)  # (B, S); 0 = empty
         self.e_len = [0] * batch
-        # loop stores, index t-1 for loop t; None until a position continues past t
-        self.c_k: list[list[Tensor] | None] = [None] * (n_loops - 1)
-        self.c_v: list[list[Tensor] | None] = [None] * (n_loops - 1)
-        self.c_len = [[0] * batch for _ in range(n_loops - 1)]
-        self._account(n_loops * batch * 8)  # the length tables e_len and c_len, as int64
+        self._account(batch * TABLE_ENTRY)  # e_len
+        # loop t's store at index t-1; None until a position goes on past loop t
+        self.loops: list[LoopStore | None] = [None] * (n_loops - 1)
 
     # -- byte accounting ---------------------------------------------------------------
     def _account(self, nbytes: int) -> None:
@@ -77,44 +166,15 @@ class DepthKVCache:
         self.peak_bytes = max(self.peak_bytes, self.live_bytes + nbytes)
 
     # -- loop stores -------------------------------------------------------------------
-    def loop_store(self, t: int, layer: int) -> tuple[Tensor, Tensor] | None:
-        """(K, V) of loop t (1-based, t < T) for one layer, or None while empty."""
-        if self.c_k[t - 1] is None:
-            return None
-        return self.c_k[t - 1][layer], self.c_v[t - 1][layer]
+    def loop(self, t: int, caps: list[int] | None = None) -> LoopStore:
+        """Loop t's store (1-based, t < T), created (with ``caps`` slots per row) if absent."""
+        if self.loops[t - 1] is None:
+            self.loops[t - 1] = LoopStore(self, caps or [0] * self.batch)
+        return self.loops[t - 1]
 
-    def reserve_loop(self, t: int, slots: int) -> None:
-        """Make loop t's store hold at least ``slots`` entries per row."""
-        i = t - 1
-        current = 0 if self.c_k[i] is None else self.c_k[i][0].shape[1]
-        if slots <= current:
-            return
-        new = slots if current == 0 else max(slots, current + max(GROWTH_MIN, current // 16))
-        new = min(new, self.capacity)
-        shape = (self.batch, new, *self.entry_shape)
-        for store in (self.c_k, self.c_v):
-            old = store[i]
-            grown = []
-            for layer in range(self.n_layers):
-                tensor = self._alloc(shape)
-                if old is not None:
-                    tensor[:, :current] = old[layer]
-                    self._free(old[layer])
-                grown.append(tensor)
-            store[i] = grown
-
-    def append_loop(self, t: int, rows: Tensor, k: list[Tensor], v: list[Tensor]) -> None:
-        """Append one entry per row in ``rows`` (R,) to loop t: k[layer] (R, nkv, d)."""
-        row_list = rows.tolist()
-        lens = self.c_len[t - 1]
-        self.reserve_loop(t, max(lens[b] for b in row_list) + 1)
-        slots = torch.tensor([lens[b] for b in row_list], device=self.device)
-        for layer in range(self.n_layers):
-            ck, cv = self.loop_store(t, layer)
-            ck[rows, slots] = k[layer]
-            cv[rows, slots] = v[layer]
-        for b in row_list:
-            lens[b] += 1
+    def loop_len(self, t: int, b: int) -> int:
+        store = self.loops[t - 1] if t < self.n_loops else None
+        return store.lens[b] if store is not None else 0
 
     def load_row(self, row: int, source: DepthKVCache) -> None:
         """Replace sequence ``row`` with row 0 of ``source`` (a new request's prefill cache).
@@ -132,20 +192,18 @@ class DepthKVCache:
         self.exit_loop[row, :n] = source.exit_loop[0, :n]
         self.e_len[row] = n
         for t in range(1, self.n_loops):
-            length = source.c_len[t - 1][0]
-            self.c_len[t - 1][row] = length
-            if not length:
+            theirs = source.loops[t - 1]
+            if theirs is None and self.loops[t - 1] is None:
                 continue
-            self.reserve_loop(t, length)
-            for layer in range(self.n_layers):
-                (ck, cv), (sk, sv) = self.loop_store(t, layer), source.loop_store(t, layer)
-                ck[row, :length] = sk[0, :length]
-                cv[row, :length] = sv[0, :length]
+            empty = torch.empty(0, *self.entry_shape, dtype=self.dtype, device=self.device)
+            ks = [theirs.row(layer, 0)[0][0] for layer in range(self.n_layers)] if theirs else None
+            vs = [theirs.row(layer, 0)[1][0] for layer in range(self.n_layers)] if theirs else None
+            self.loop(t).set_row(row, ks or [empty] * self.n_layers, vs or [empty] * self.n_layers)
 
     # -- reporting ---------------------------------------------------------------------
     def entries(self) -> int:
         """Stored (position, loop) entries per layer: Σ terminal + Σ loop-store lengths."""
-        return sum(self.e_len) + sum(sum(lens) for lens in self.c_len)
+        return sum(self.e_len) + sum(sum(s.lens) for s in self.loops if s is not None)
 
     def entry_bytes(self) -> int:
         """Bytes of one K plus one V entry across all layers."""

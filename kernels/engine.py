@@ -166,7 +166,7 @@ class Engine:
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
         self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
-        self.queued_prefill_s = 0.0
+        self.queued_prefill_s = self.queued_prefill_cpu_s = 0.0
 
     def _new_cache(self, batch: int, capacity: int) -> DepthKVCache:
         cfg = self.config
@@ -373,20 +373,20 @@ class Engine:
         return for_layer
 
     def _keep_loop(self, cache: DepthKVCache, t: int, kept: Tensor) -> None:
-        """Copy loop t's K/V of the ``kept`` (B, S) positions into the loop-t store."""
+        """Copy loop t's K/V of the ``kept`` (B, S) positions into a new loop-t store."""
         flat = kept.flatten().nonzero().squeeze(1)
         if not len(flat):
             return
         s, entry = kept.shape[1], cache.entry_shape
+        counts = kept.sum(1).tolist()
+        store = cache.loop(t, caps=counts)
         rows, rank = flat // s, (kept.cumsum(1) - 1).flatten()[flat]
-        cache.reserve_loop(t, int(kept.sum(1).max()))
         src = rows * cache.capacity + flat % s
+        dst = torch.tensor(store.offsets, device=self.device)[rows] + rank
         for index in range(cache.n_layers):
-            ck, cv = cache.loop_store(t, index)
-            dst = rows * ck.shape[1] + rank
-            ck.view(-1, *entry)[dst] = cache.e_k[index].view(-1, *entry)[src]
-            cv.view(-1, *entry)[dst] = cache.e_v[index].view(-1, *entry)[src]
-        cache.c_len[t - 1] = kept.sum(1).tolist()
+            store.k[index][dst] = cache.e_k[index].view(-1, *entry)[src]
+            store.v[index][dst] = cache.e_v[index].view(-1, *entry)[src]
+        store.lens = counts
 
     # -- decode ------------------------------------------------------------------------
     @torch.no_grad()
@@ -509,10 +509,11 @@ class Engine:
                 f"a queued prompt of {len(prompt)} tokens + {max_new_tokens} new ones does "
                 f"not fit the batch's {cache.capacity} cache slots"
             )
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = self.prefill([prompt])
         self.queued_prefill_work = self.queued_prefill_work + result.work
         self.queued_prefill_s += time.perf_counter() - start
+        self.queued_prefill_cpu_s += time.process_time() - start_cpu
         cache.load_row(row, result.cache)
         return result.logits[0, len(prompt) - 1]
 
@@ -531,10 +532,7 @@ class Engine:
         visible = self.policy.terminal_visible(exit_loop, t, self.n_loops)
         visible &= slots[None, :] < pos[:, None]
         visible |= slots[None, :] == pos[:, None]
-        c_lens = [
-            cache.c_len[u - 1][r] if u < self.n_loops else 0
-            for r, u in zip(live, loops, strict=True)
-        ]
+        c_lens = [cache.loop_len(u, r) for r, u in zip(live, loops, strict=True)]
         plan = DecodePlan(
             rows=live,
             batch=cache.batch,
@@ -551,12 +549,12 @@ class Engine:
     def _cached_attend(self, cache, plan: DecodePlan, rows: Tensor, pos: Tensor):
         def for_layer(index: int) -> Attend:
             ek, ev = cache.e_k[index], cache.e_v[index]
-            stores = {t: cache.loop_store(t, index) for t in set(plan.loops) if t < self.n_loops}
+            stores = {t: cache.loops[t - 1] for t in set(plan.loops) if t < self.n_loops}
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
                 ek[rows, pos] = k  # its own loop-t K/V, into its terminal slot
                 ev[rows, pos] = v
-                return plan.attend(q[:, None], (ek, ev), stores)[:, 0]
+                return plan.attend(q[:, None], (ek, ev), stores, index)[:, 0]
 
             return attend
 
@@ -574,9 +572,8 @@ class Engine:
             group = [live[i] for i in moving if loops[i] == t]
             index = torch.tensor(group, device=self.device)
             slots = torch.tensor([cache.e_len[r] for r in group], device=self.device)
-            cache.append_loop(
-                t,
-                index,
+            cache.loop(t).append(
+                group,
                 [cache.e_k[layer][index, slots] for layer in range(cache.n_layers)],
                 [cache.e_v[layer][index, slots] for layer in range(cache.n_layers)],
             )

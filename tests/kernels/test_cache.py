@@ -9,9 +9,10 @@ from kernels.rules import QExit
 def allocated_bytes(cache: DepthKVCache) -> int:
     """Bytes of every tensor the cache holds, counted from the tensors themselves."""
     tensors = [*cache.e_k, *cache.e_v, cache.exit_loop]
-    for store in (*cache.c_k, *cache.c_v):
-        tensors += store or []
-    tables = cache.n_loops * cache.batch * 8
+    stores = [s for s in cache.loops if s is not None]
+    for store in stores:
+        tensors += [*store.k, *store.v]
+    tables = cache.batch * 8 * (1 + 3 * len(stores))  # e_len; offsets, caps, lens per store
     return sum(t.numel() * t.element_size() for t in tensors) + tables
 
 
@@ -62,7 +63,8 @@ def test_memory_follows_exit_depths_not_loops_times_length(ouro_tiny, reference)
     assert early.cache.live_bytes < full.live_bytes
 
 
-def test_loop_stores_grow_and_keep_their_entries():
+def test_loop_stores_grow_per_row_and_keep_their_entries():
+    # given
     cache = DepthKVCache(
         n_layers=2,
         n_loops=3,
@@ -73,14 +75,20 @@ def test_loop_stores_grow_and_keep_their_entries():
         dtype=torch.float32,
         device=torch.device("cpu"),
     )
-    rows = torch.tensor([0, 1])
-    for i in range(100):  # past the first growth chunk
-        entry = [torch.full((2, 1, 2), float(i + layer)) for layer in range(2)]
-        cache.append_loop(1, rows, entry, entry)
+    store = cache.loop(1)
 
-    k, v = cache.loop_store(1, layer=1)
-    assert cache.c_len[0] == [100, 100]
-    assert k.shape[1] >= 100
-    assert torch.equal(k[0, :100, 0, 0], torch.arange(100.0) + 1)
+    # when row 0 gets 100 entries and row 1 gets 10 (ragged rows)
+    for i in range(100):
+        rows = [0, 1] if i < 10 else [0]
+        entry = [torch.full((len(rows), 1, 2), float(i + layer)) for layer in range(2)]
+        store.append(rows, entry, entry)
+
+    # then
+    assert store.lens == [100, 10]
+    k, _ = store.row(1, 0)
+    assert torch.equal(k[0, :, 0, 0], torch.arange(100.0) + 1)
+    assert torch.equal(store.row(0, 1)[0][0, :, 0, 0], torch.arange(10.0))
+    assert store.caps[1] < 40  # a short row's region stays short
+    assert store.batched(0) is None
     assert cache.live_bytes == allocated_bytes(cache)
-    assert cache.peak_bytes > cache.live_bytes  # growth held old and new at once
+    assert cache.peak_bytes > cache.live_bytes  # re-packing held old and new at once

@@ -273,3 +273,31 @@ def test_a_queued_prompt_too_long_for_the_cache_is_a_clear_error(ouro_tiny, prom
 
     with pytest.raises(ValueError, match="does not fit"):
         list(engine.decode(prefill, max_new_tokens=2, queue=iter([prompts[2]])))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cuda_matches_cpu(ouro_tiny, prompts, policy):
+    from kernels.checkpoint import load_checkpoint
+
+    on_gpu = load_checkpoint(ouro_tiny.path, device="cuda")
+    cpu = greedy(Engine(ouro_tiny.model, QExit(0.6), policy), prompts, 5)
+    gpu = greedy(Engine(on_gpu.model, QExit(0.6), policy), prompts, 5)
+
+    assert gpu[1] == cpu[1]
+    assert torch.equal(gpu[0].exit_loop.cpu(), cpu[0].exit_loop)
+    torch.testing.assert_close(gpu[0].logits.cpu(), cpu[0].logits, atol=1e-4, rtol=0)
+
+
+def test_the_non_cpu_attention_path_matches_the_fused_one(ouro_tiny, prompts, monkeypatch):
+    # given the explicit log-sum-exp attention other devices use, forced on CPU
+    engine = Engine(ouro_tiny.model, QExit(0.6))
+    fused = greedy(engine, prompts, 5)
+    monkeypatch.setattr(attention, "_use_fused_cpu", lambda q: False)
+
+    # when
+    explicit_run = greedy(engine, prompts, 5)
+
+    # then
+    assert explicit_run[1] == fused[1]
+    torch.testing.assert_close(explicit_run[0].logits, fused[0].logits, atol=1e-5, rtol=0)
