@@ -1,0 +1,181 @@
+"""Reads of the atlas: works, facet counts, timeline, related works, Compare, data version.
+
+Every selector issues a fixed number of queries, whatever the number of works.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+
+from atlas import taxonomy
+from atlas.filters import WorkFilter
+from atlas.models import TOPIC, AtlasChange, Work, WorkTag
+
+COMPARE_MAX = 3
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class DataVersion:
+    """The newest reviewed change: what every export states and every ETag derives from."""
+
+    change_id: int
+    at: datetime
+
+    @property
+    def label(self) -> str:
+        return self.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def data_version() -> DataVersion:
+    latest = AtlasChange.objects.order_by("-at", "-id").values_list("id", "at").first()
+    return DataVersion(*latest) if latest else DataVersion(0, _EPOCH)
+
+
+def work_queryset() -> QuerySet[Work]:
+    """Works as pages and the API show them: tags prefetched, search column left out."""
+    return Work.objects.defer("search_document").prefetch_related("tags")
+
+
+def work_filter(*, params, queryset: QuerySet[Work] | None = None) -> WorkFilter:
+    return WorkFilter(params, queryset=work_queryset() if queryset is None else queryset)
+
+
+FacetCounts = dict[str, dict[str, int]]
+
+
+def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
+    """Works per facet value under the current filters.
+
+    A single-valued facet is counted ignoring its own parameter (its values are
+    alternatives, so each count says what choosing that value would add); multi-valued
+    facets and topics are counted within the current results (each value narrows).
+    """
+    counts: FacetCounts = {name: {} for name in (*(f.name for f in taxonomy.FACETS), TOPIC)}
+    for facet in taxonomy.SINGLE_FACETS:
+        rows = (
+            filterset.queryset_without(facet.name)
+            .order_by()
+            .values_list(facet.name)
+            .annotate(n=Count("pk"))
+        )
+        counts[facet.name] = dict(rows)
+    tags = (
+        WorkTag.objects.filter(work__in=filterset.qs.order_by().values("pk"))
+        .values_list("facet", "value")
+        .annotate(n=Count("pk"))
+    )
+    for facet, value, n in tags:
+        counts[facet][value] = n
+    return counts
+
+
+@dataclass(frozen=True)
+class TimelineBucket:
+    month: date
+    recurrence_family: str
+    works: int
+    estimated: int
+
+
+def timeline_counts(*, queryset: QuerySet[Work]) -> list[TimelineBucket]:
+    """Works per month and recurrence family, oldest month first."""
+    rows = (
+        queryset.order_by()
+        .values_list("month", "recurrence_family")
+        .annotate(works=Count("pk"), estimated=Count("pk", filter=Q(month_estimated=True)))
+        .order_by("month", "recurrence_family")
+    )
+    return [TimelineBucket(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    slug: str
+    title: str
+    month: date
+    month_estimated: bool
+    recurrence_family: str
+
+
+def timeline_points(*, queryset: QuerySet[Work], limit: int) -> list[TimelinePoint] | None:
+    """One point per work, oldest first; ``None`` when there are more than ``limit``."""
+    fields = ("slug", "title", "month", "month_estimated", "recurrence_family")
+    rows = list(queryset.order_by("month", "-position", "slug").values_list(*fields)[: limit + 1])
+    return None if len(rows) > limit else [TimelinePoint(*row) for row in rows]
+
+
+# Why these weights: the family is the atlas's main axis and a shared topic is specific,
+# while values such as "language" or "from-scratch" are shared by most works.
+RELATED_WEIGHTS = {"recurrence_family": 3, TOPIC: 2}
+
+
+def work_related(*, work: Work, limit: int = 5) -> list[Work]:
+    """The works sharing the most (weighted) facet values and topics with ``work``, newest
+    first on ties; ``unspecified`` and ``none`` are not shared properties."""
+    shared = [
+        Case(
+            When(**{facet.name: getattr(work, facet.name)}, then=Value(weight(facet.name))),
+            default=Value(0),
+        )
+        for facet in taxonomy.SINGLE_FACETS
+        if getattr(work, facet.name) not in ("unspecified", "none")
+    ]
+    pairs = Q(pk__in=[])
+    for tag in work.tags.all():
+        pairs |= Q(facet=tag.facet, value=tag.value)
+    tag_weight = Case(When(facet=TOPIC, then=Value(weight(TOPIC))), default=Value(1))
+    shared_tags = (
+        WorkTag.objects.filter(pairs, work=OuterRef("pk"))
+        .order_by()
+        .values("work")
+        .annotate(score=Sum(tag_weight))
+        .values("score")
+    )
+    score = sum(shared, Coalesce(Subquery(shared_tags, output_field=IntegerField()), 0))
+    related = (
+        work_queryset()
+        .exclude(pk=work.pk)
+        .annotate(score=score)
+        .filter(score__gt=0)
+        .order_by("-score", "-month", "position", "slug")
+    )
+    return list(related[:limit])
+
+
+def weight(name: str) -> int:
+    return RELATED_WEIGHTS.get(name, 1)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    works: list[Work]
+    unknown: list[str]
+    dropped: list[str]
+
+    def differs(self, field: str) -> bool:
+        return len({repr(getattr(work, field)) for work in self.works}) > 1
+
+
+def works_compare(*, slugs: list[str]) -> Comparison:
+    """Up to ``COMPARE_MAX`` works in the order given; unknown and surplus slugs named."""
+    kept, dropped = slugs[:COMPARE_MAX], slugs[COMPARE_MAX:]
+    by_slug = {work.slug: work for work in work_queryset().filter(slug__in=kept)}
+    return Comparison(
+        works=[by_slug[slug] for slug in kept if slug in by_slug],
+        unknown=[slug for slug in kept if slug not in by_slug],
+        dropped=dropped,
+    )
