@@ -102,7 +102,8 @@ def bibtex_entry(row: Row) -> str:
 
 
 def export_bibtex(rows: Sequence[Row], version: str) -> str:
-    header = f"@comment{{Loop Atlas export, {len(rows)} works, data version {version}}}\n\n"
+    works = f"{len(rows)} work{'' if len(rows) == 1 else 's'}"
+    header = f"@comment{{Loop Atlas export, {works}, data version {version}}}\n\n"
     return header + "\n".join(bibtex_entry(row) for row in rows)
 
 
@@ -154,6 +155,7 @@ def export_json(rows: Sequence[Row], version: str) -> str:
 @dataclass(frozen=True)
 class ExportFormat:
     name: str
+    label: str
     media_type: str
     extension: str
     render: Callable[[Sequence[Row], str], str]
@@ -162,10 +164,10 @@ class ExportFormat:
 EXPORT_FORMATS: dict[str, ExportFormat] = {
     fmt.name: fmt
     for fmt in (
-        ExportFormat("json", "application/json", "json", export_json),
-        ExportFormat("csv", "text/csv", "csv", export_csv),
-        ExportFormat("bibtex", "application/x-bibtex", "bib", export_bibtex),
-        ExportFormat("ris", "application/x-research-info-systems", "ris", export_ris),
+        ExportFormat("csv", "CSV", "text/csv", "csv", export_csv),
+        ExportFormat("bibtex", "BibTeX", "application/x-bibtex", "bib", export_bibtex),
+        ExportFormat("ris", "RIS", "application/x-research-info-systems", "ris", export_ris),
+        ExportFormat("json", "JSON", "application/json", "json", export_json),
     )
 }
 

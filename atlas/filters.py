@@ -14,6 +14,8 @@ from datetime import date
 import django_filters
 from django import forms
 from django.db.models import Exists, OuterRef, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
 from atlas import taxonomy
 from atlas.models import TOPIC, Work, WorkTag
@@ -43,6 +45,8 @@ class VocabularyField(django_filters.fields.MultipleChoiceField):
         super().__init__(*args, **kwargs)
 
     def validate(self, value: list[str]) -> None:
+        if not value:
+            return  # no need to read the choices (the topics' come from the database)
         allowed = [str(slug) for slug, _ in self.choices]
         for item in value:
             if item not in allowed:
@@ -100,6 +104,7 @@ class MonthField(forms.CharField):
         return date(int(match[1]), month, 1)
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}(-\d{2})?$", "example": "2025-06"})
 class MonthFilter(django_filters.Filter):
     field_class = MonthField
 
@@ -124,11 +129,17 @@ class SlugListField(forms.CharField):
         return slugs
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class SlugListFilter(django_filters.Filter):
     field_class = SlugListField
 
     def filter(self, qs: QuerySet, value: list[str]) -> QuerySet:
         return qs.filter(slug__in=value) if value else qs
+
+
+@extend_schema_field({"type": "string", "pattern": SLUG_RE.pattern})
+class TopicFilter(TagFilter):
+    """All of the given topics (free slugs; the ones in use are the allowed values)."""
 
 
 def _topics_in_use() -> list[tuple[str, str]]:
@@ -179,7 +190,7 @@ class WorkFilter(django_filters.FilterSet):
     modality = _facet_filter(taxonomy.MODALITY)
     contribution = _facet_filter(taxonomy.CONTRIBUTION)
     training_regime = _facet_filter(taxonomy.TRAINING_REGIME)
-    topics = TagFilter(
+    topics = TopicFilter(
         field_name=TOPIC, choices=_topics_in_use, label="Topics", help_text="All of these topics."
     )
     works = SlugListFilter(label="Works", help_text="Comma-separated work slugs.")

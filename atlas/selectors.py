@@ -39,6 +39,10 @@ class DataVersion:
     def label(self) -> str:
         return self.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+    @property
+    def tag(self) -> str:
+        return f"{self.change_id}@{self.at.isoformat()}"
+
 
 def data_version() -> DataVersion:
     latest = AtlasChange.objects.order_by("-at", "-id").values_list("id", "at").first()
@@ -111,11 +115,11 @@ class TimelinePoint:
     recurrence_family: str
 
 
-def timeline_points(*, queryset: QuerySet[Work], limit: int) -> list[TimelinePoint] | None:
-    """One point per work, oldest first; ``None`` when there are more than ``limit``."""
+def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
+    """One point per work, oldest first (callers keep this for bounded result sets)."""
     fields = ("slug", "title", "month", "month_estimated", "recurrence_family")
-    rows = list(queryset.order_by("month", "-position", "slug").values_list(*fields)[: limit + 1])
-    return None if len(rows) > limit else [TimelinePoint(*row) for row in rows]
+    rows = queryset.order_by("month", "-position", "slug").values_list(*fields)
+    return [TimelinePoint(*row) for row in rows]
 
 
 # Why these weights: the family is the atlas's main axis and a shared topic is specific,
@@ -166,16 +170,21 @@ class Comparison:
     unknown: list[str]
     dropped: list[str]
 
+    @property
+    def slugs(self) -> list[str]:
+        return [work.slug for work in self.works]
+
     def differs(self, field: str) -> bool:
         return len({repr(getattr(work, field)) for work in self.works}) > 1
 
 
 def works_compare(*, slugs: list[str]) -> Comparison:
-    """Up to ``COMPARE_MAX`` works in the order given; unknown and surplus slugs named."""
-    kept, dropped = slugs[:COMPARE_MAX], slugs[COMPARE_MAX:]
-    by_slug = {work.slug: work for work in work_queryset().filter(slug__in=kept)}
+    """The first ``COMPARE_MAX`` known works in the order given; unknown and surplus
+    slugs are named rather than silently dropped."""
+    by_slug = {work.slug: work for work in work_queryset().filter(slug__in=slugs)}
+    known = [slug for slug in slugs if slug in by_slug]
     return Comparison(
-        works=[by_slug[slug] for slug in kept if slug in by_slug],
-        unknown=[slug for slug in kept if slug not in by_slug],
-        dropped=dropped,
+        works=[by_slug[slug] for slug in known[:COMPARE_MAX]],
+        unknown=[slug for slug in slugs if slug not in by_slug],
+        dropped=known[COMPARE_MAX:],
     )

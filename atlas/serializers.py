@@ -78,12 +78,23 @@ class WorkSerializer(serializers.Serializer):
 class SuggestionSerializer(serializers.Serializer):
     """A proposed correction; the value is checked against the field's rules on submit."""
 
-    work = serializers.SlugField(help_text="Slug of the work to correct.")
+    work = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Work.objects.all(),
+        help_text="Slug of the work to correct.",
+        error_messages={"does_not_exist": "no work with slug {value!r}"},
+    )
     field = serializers.ChoiceField(choices=list(CORRECTABLE_FIELDS))
     proposed_value = serializers.CharField(
         max_length=5000, help_text="The corrected value; separate several values with ';'."
     )
     rationale = serializers.CharField(max_length=2000, help_text="Why, with a source.")
-    contact = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    contact = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        help_text="Optional; only curators see it.",
+    )
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)

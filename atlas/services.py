@@ -128,14 +128,14 @@ def _work_field_set(*, work: Work, field: str, value: Any) -> None:
 
 
 def suggestion_submit(
-    *, work: Work, field: str, proposed: str, rationale: str, contact: str = ""
+    *, work: Work, field: str, proposed_value: str, rationale: str, contact: str = ""
 ) -> Suggestion:
     """Queue a correction for review once its value passes the field's rules.
 
     Raises:
         RecordError: the field is not correctable or the value is invalid.
     """
-    value = value_from_text(field, proposed)
+    value = value_from_text(field, proposed_value)
     return Suggestion.objects.create(
         work=work,
         field=field,

@@ -6,8 +6,12 @@ from typing import Any
 
 import pytest
 import yaml
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.test import Client
 
 from atlas.datafile import records_from_file
+from atlas.records import record_from_row
 from atlas.services import atlas_load
 
 SMALL_ATLAS = Path(__file__).parent / "data" / "works.yaml"
@@ -60,3 +64,30 @@ def data_file(tmp_path: Path) -> Callable[[list[Any]], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Throttle counters live in the cache; every test starts with none."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def load_rows(count: int, **overrides: Any) -> None:
+    """Load ``count`` generated works (``work-1`` … ``work-<count>``)."""
+    rows = [make_row(n, **overrides) for n in range(1, count + 1)]
+    atlas_load(records=[record_from_row(row) for row in rows], source="generated")
+
+
+@pytest.fixture
+def curator(db):
+    """A staff member who reviews suggestions in the admin."""
+    return get_user_model().objects.create_superuser("curator", "curator@example.org", "pw")
+
+
+@pytest.fixture
+def curator_client(curator) -> Client:
+    client = Client()
+    client.force_login(curator)
+    return client

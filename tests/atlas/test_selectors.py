@@ -70,11 +70,11 @@ def test_the_timeline_counts_works_per_month_and_family(small_atlas) -> None:
     assert buckets[0].month == date(2018, 7, 1)
 
 
-def test_timeline_points_are_given_up_to_a_limit(small_atlas) -> None:
-    points = timeline_points(queryset=Work.objects.all(), limit=8)
-    assert [p.slug for p in points][:1] == ["universal-transformers"]
+def test_timeline_points_are_one_per_work_oldest_first(small_atlas) -> None:
+    points = timeline_points(queryset=Work.objects.all())
+    assert len(points) == len(small_atlas)
+    assert points[0].slug == "universal-transformers"
     assert points[-1].month_estimated is True
-    assert timeline_points(queryset=Work.objects.all(), limit=7) is None
 
 
 def test_related_works_share_the_most_weighted_facets(small_atlas) -> None:
@@ -86,10 +86,20 @@ def test_related_works_share_the_most_weighted_facets(small_atlas) -> None:
 
 def test_compare_keeps_the_order_names_unknown_slugs_and_drops_a_fourth(small_atlas) -> None:
     comparison = works_compare(
-        slugs=["universal-transformers", "nope", "mixture-of-recursions", "loop-think-generalize"]
+        slugs=[
+            "universal-transformers",
+            "nope",
+            "mixture-of-recursions",
+            "loop-think-generalize",
+            "resid-quant-kv-cache",
+        ]
     )
-    assert [w.slug for w in comparison.works] == ["universal-transformers", "mixture-of-recursions"]
-    assert comparison.unknown == ["nope"] and comparison.dropped == ["loop-think-generalize"]
+    assert [w.slug for w in comparison.works] == [
+        "universal-transformers",
+        "mixture-of-recursions",
+        "loop-think-generalize",
+    ]
+    assert comparison.unknown == ["nope"] and comparison.dropped == ["resid-quant-kv-cache"]
     assert comparison.differs("kv_strategy") and not comparison.differs("depth_granularity")
 
 

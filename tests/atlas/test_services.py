@@ -1,7 +1,6 @@
 """Writes: loading the curated file, and the suggestion review flow."""
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from atlas.datafile import records_from_file
 from atlas.models import AtlasChange, Suggestion, Work
@@ -72,16 +71,11 @@ def test_citation_keys_are_unique_and_kept_when_a_work_changes() -> None:
     assert dict(Work.objects.values_list("slug", "citation_key")) == keys
 
 
-@pytest.fixture
-def curator():
-    return get_user_model().objects.create_user("curator", is_staff=True)
-
-
 def test_an_approved_suggestion_is_applied_and_records_who_and_when(small_atlas, curator) -> None:
     # given
     work = Work.objects.get(slug="universal-transformers")
     suggestion = suggestion_submit(
-        work=work, field="kv_strategy", proposed=" per-loop ", rationale="Section 3."
+        work=work, field="kv_strategy", proposed_value=" per-loop ", rationale="Section 3."
     )
     versions = AtlasChange.objects.count()
     # when
@@ -99,7 +93,7 @@ def test_an_approved_suggestion_is_applied_and_records_who_and_when(small_atlas,
 def test_an_approved_list_suggestion_replaces_the_tags(small_atlas, curator) -> None:
     work = Work.objects.get(slug="universal-transformers")
     suggestion = suggestion_submit(
-        work=work, field="topics", proposed="halting; weight-sharing", rationale="Abstract."
+        work=work, field="topics", proposed_value="halting; weight-sharing", rationale="Abstract."
     )
     suggestion_approve(suggestion=suggestion, reviewer=curator)
     assert Work.objects.get(pk=work.pk).topics == ["halting", "weight-sharing"]
@@ -108,7 +102,9 @@ def test_an_approved_list_suggestion_replaces_the_tags(small_atlas, curator) -> 
 
 def test_a_rejected_suggestion_changes_nothing(small_atlas, curator) -> None:
     work = Work.objects.get(slug="universal-transformers")
-    suggestion = suggestion_submit(work=work, field="title", proposed="UT", rationale="Shorter.")
+    suggestion = suggestion_submit(
+        work=work, field="title", proposed_value="UT", rationale="Shorter."
+    )
     versions = AtlasChange.objects.count()
     suggestion_reject(suggestion=suggestion, reviewer=curator, note="Not the published title.")
     work.refresh_from_db()
@@ -121,7 +117,7 @@ def test_a_rejected_suggestion_changes_nothing(small_atlas, curator) -> None:
 
 def test_a_suggestion_is_reviewed_only_once(small_atlas, curator) -> None:
     work = Work.objects.get(slug="universal-transformers")
-    suggestion = suggestion_submit(work=work, field="venue", proposed="ICLR", rationale="r")
+    suggestion = suggestion_submit(work=work, field="venue", proposed_value="ICLR", rationale="r")
     suggestion_reject(suggestion=suggestion, reviewer=curator)
     with pytest.raises(ReviewError, match="already Rejected"):
         suggestion_approve(suggestion=suggestion, reviewer=curator)
@@ -130,5 +126,5 @@ def test_a_suggestion_is_reviewed_only_once(small_atlas, curator) -> None:
 def test_a_suggestion_outside_the_vocabulary_is_not_queued(small_atlas) -> None:
     work = Work.objects.get(slug="universal-transformers")
     with pytest.raises(RecordError, match="not an allowed depth_control value"):
-        suggestion_submit(work=work, field="depth_control", proposed="vibes", rationale="r")
+        suggestion_submit(work=work, field="depth_control", proposed_value="vibes", rationale="r")
     assert not Suggestion.objects.exists()

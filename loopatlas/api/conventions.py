@@ -1,0 +1,149 @@
+"""What every endpoint under ``/api/v1/`` shares (wired up in ``REST_FRAMEWORK`` settings).
+
+- Errors are JSON ``{"detail": "<one sentence>", "errors": {"<parameter>": [...]}}``,
+  whatever format the request asked for, so a client never parses an error as CSV.
+- Unknown query parameters and unknown ``format`` values are 400s that name the allowed
+  ones: a typo is an error, never a silently unfiltered answer.
+- Pages: ``page`` and ``page_size`` (at most ``MAX_PAGE_SIZE``).
+- Reads carry ``ETag`` and ``Last-Modified`` derived from a content version and answer
+  conditional requests with 304 (``conditional``).
+"""
+
+import functools
+import hashlib
+from collections.abc import Callable
+from datetime import datetime
+from typing import Protocol
+
+from django.utils.cache import get_conditional_response, patch_vary_headers
+from django.utils.http import http_date
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import pagination
+from rest_framework.exceptions import ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
+from rest_framework.settings import api_settings
+from rest_framework.views import exception_handler as drf_exception_handler
+
+MAX_PAGE_SIZE = 200
+
+
+def exception_handler(exc, context):
+    """DRF's handler, with one JSON error shape and JSON whatever renderer was chosen."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    request = context["request"]
+    request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
+    response.data = _error_body(response.data)
+    return response
+
+
+def _messages(value) -> list[str]:
+    if isinstance(value, dict):
+        return [f"{key}: {message}" for key, inner in value.items() for message in _messages(inner)]
+    if isinstance(value, list):
+        return [message for item in value for message in _messages(item)]
+    return [str(value)]
+
+
+def _error_body(data) -> dict:
+    if isinstance(data, dict) and set(data) == {"detail"}:
+        return {"detail": str(data["detail"])}
+    errors = data if isinstance(data, dict) else {"non_field_errors": data}
+    errors = {str(name): _messages(value) for name, value in errors.items()}
+    detail = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items())
+    return {"detail": detail, "errors": errors}
+
+
+class PageNumberPagination(pagination.PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+    def get_page_size(self, request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise ValidationError(
+                {self.page_size_query_param: [f"must be a whole number from 1 to {MAX_PAGE_SIZE}"]}
+            )
+        return int(raw)
+
+
+class FormatNegotiation(DefaultContentNegotiation):
+    """An unknown ``?format=`` is a 400 naming the formats the endpoint offers."""
+
+    def filter_renderers(self, renderers, format):
+        kept = [renderer for renderer in renderers if renderer.format == format]
+        if not kept:
+            allowed = ", ".join(renderer.format for renderer in renderers)
+            message = f"{format!r} is not a format this endpoint offers; allowed: {allowed}"
+            raise ValidationError({api_settings.URL_FORMAT_OVERRIDE: [message]})
+        return kept
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter, refusing parameters that are neither filters nor paging/format."""
+
+    def get_valid_filterset(self, request, queryset, view):
+        filterset = self.get_filterset(request, queryset, view)
+        allowed = {api_settings.URL_FORMAT_OVERRIDE, *getattr(view, "extra_query_params", ())}
+        paginator = getattr(view, "paginator", None)
+        if paginator is not None:
+            allowed |= {paginator.page_query_param, paginator.page_size_query_param}
+        if filterset is not None:
+            allowed |= set(filterset.filters)
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            names = ", ".join(sorted(allowed))
+            raise ValidationError(
+                {name: [f"unknown parameter; allowed: {names}"] for name in unknown}
+            )
+        if filterset is not None and not filterset.is_valid():
+            raise ValidationError(filterset.errors)
+        return filterset
+
+    def filter_queryset(self, request, queryset, view):
+        filterset = self.get_valid_filterset(request, queryset, view)
+        return queryset if filterset is None else filterset.qs
+
+
+class ContentVersion(Protocol):
+    """Anything that changes whenever the content behind a response changes."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def at(self) -> datetime: ...
+
+
+def conditional(version: Callable[[], ContentVersion]):
+    """Decorate a view action: ETag/Last-Modified from ``version()``, 304 when unchanged.
+
+    The ETag also covers the full path and the negotiated media type, since those pick
+    which representation of that content version is sent. The version is left on the
+    view as ``content_version`` so the action need not read it again.
+    """
+
+    def decorator(action):
+        @functools.wraps(action)
+        def wrapped(view, request, *args, **kwargs):
+            current = view.content_version = version()
+            seed = f"{current.tag}|{request.get_full_path()}|{request.accepted_media_type}"
+            etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
+            modified = int(current.at.timestamp())
+            unchanged = get_conditional_response(request, etag=etag, last_modified=modified)
+            if unchanged is not None:
+                return unchanged
+            response = action(view, request, *args, **kwargs)
+            if response.status_code == 200:
+                response["ETag"], response["Last-Modified"] = etag, http_date(modified)
+                patch_vary_headers(response, ["Accept"])
+            return response
+
+        return wrapped
+
+    return decorator
