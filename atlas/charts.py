@@ -19,6 +19,7 @@ from atlas import taxonomy
 from atlas.selectors import TimelineBucket, TimelinePoint
 
 TIMELINE_MAX_POINTS = 1000
+PLOT_HEIGHT_PX = 240  # of the 320 px figure, what the stacked dots may fill
 # Tableau 10 plus one, in taxonomy order: distinct hues for the eleven families.
 FAMILY_COLOURS = dict(
     zip(
@@ -45,7 +46,7 @@ def _layout(*, barmode: str | None = None, tallest: int = 0) -> dict:
     layout = {
         "height": 320,
         "margin": {"l": 48, "r": 16, "t": 8, "b": 40},
-        "xaxis": {"type": "date", "title": {"text": "Month of first publication"}},
+        "xaxis": {"type": "date"},
         "yaxis": {"title": {"text": "Works"}, "rangemode": "tozero", "tickformat": "d"},
         "legend": {"orientation": "h", "y": -0.25},
         "hovermode": "closest",
@@ -75,10 +76,14 @@ def timeline_dots(points: list[TimelinePoint]) -> dict:
         trace["marker"]["symbol"].append("circle-open" if point.month_estimated else "circle")
     ordered = sorted(traces.items(), key=lambda item: _family_rank(item[0]))
     tallest = max(height.values(), default=0)
+    size = max(4, min(10, PLOT_HEIGHT_PX // max(tallest, 1)))  # a full month's stack fits
+    for _, trace in ordered:
+        trace["marker"]["size"] = size
     return {"data": [trace for _, trace in ordered], "layout": _layout(tallest=tallest)}
 
 
 def _dot_trace(family: str) -> dict:
+    colour = FAMILY_COLOURS[family]
     return {
         "type": "scatter",
         "mode": "markers",
@@ -89,7 +94,7 @@ def _dot_trace(family: str) -> dict:
         "hovertext": [],
         "customdata": [],
         "hovertemplate": "%{text}<br>%{hovertext}<extra>%{fullData.name}</extra>",
-        "marker": {"color": FAMILY_COLOURS[family], "size": 9, "symbol": [], "line": {"width": 2}},
+        "marker": {"color": colour, "symbol": [], "line": {"width": 1.5, "color": colour}},
     }
 
 
