@@ -104,7 +104,7 @@ class MonthField(forms.CharField):
         return date(int(match[1]), month, 1)
 
 
-@extend_schema_field({"type": "string", "pattern": r"^\d{4}(-\d{2})?$", "example": "2025-06"})
+@extend_schema_field({"type": "string", "pattern": r"^(\d{4}(-\d{2})?)?$", "example": "2025-06"})
 class MonthFilter(django_filters.Filter):
     field_class = MonthField
 

@@ -1,6 +1,6 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from atlas import taxonomy
@@ -98,3 +98,53 @@ class SuggestionSerializer(serializers.Serializer):
     )
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
+
+
+# The shapes of the other reads, for the schema: each answers one object, even though it
+# is routed as a list.
+class FacetValueSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    label = serializers.CharField()
+    description = serializers.CharField()
+    count = serializers.IntegerField()
+    selected = serializers.BooleanField(help_text="The current filters include this value.")
+
+
+class FacetSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    label = serializers.CharField()
+    multi = serializers.BooleanField(help_text="Several values per work (filters: all of).")
+    values = FacetValueSerializer(many=True)
+
+
+@extend_schema_serializer(many=False)
+class FacetsSerializer(serializers.Serializer):
+    facets = FacetSerializer(many=True)
+
+
+class TimelineBucketSerializer(serializers.Serializer):
+    month = serializers.CharField(help_text="YYYY-MM")
+    recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
+    works = serializers.IntegerField()
+    estimated = serializers.IntegerField(help_text="Of these, works whose month is estimated.")
+
+
+@extend_schema_serializer(many=False)
+class TimelineSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    buckets = TimelineBucketSerializer(many=True)
+
+
+@extend_schema_serializer(many=False)
+class ComparisonSerializer(serializers.Serializer):
+    works = WorkSerializer(many=True)
+    differences = serializers.ListField(
+        child=serializers.CharField(), help_text="Compared fields whose values differ."
+    )
+
+
+@extend_schema_serializer(many=False)
+class ExportDocumentSerializer(serializers.Serializer):
+    data_version = serializers.CharField(help_text="Date of the last reviewed change.")
+    count = serializers.IntegerField()
+    works = WorkSerializer(many=True)

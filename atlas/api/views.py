@@ -11,9 +11,8 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
-    inline_serializer,
 )
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,7 +24,14 @@ from atlas.exports import EXPORT_FORMATS, export_filename
 from atlas.filters import SlugListField, WorkFilter
 from atlas.models import Work
 from atlas.records import RecordError
-from atlas.serializers import SuggestionSerializer, WorkSerializer
+from atlas.serializers import (
+    ComparisonSerializer,
+    ExportDocumentSerializer,
+    FacetsSerializer,
+    SuggestionSerializer,
+    TimelineSerializer,
+    WorkSerializer,
+)
 from atlas.services import suggestion_submit
 from atlas.throttles import ExportThrottle, SuggestionThrottle
 from loopatlas.api.conventions import StrictFilterBackend, conditional
@@ -74,33 +80,6 @@ class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
         return work
 
 
-FacetsResponse = inline_serializer(
-    "Facets",
-    {
-        "facets": inline_serializer(
-            "Facet",
-            {
-                "name": serializers.CharField(),
-                "label": serializers.CharField(),
-                "multi": serializers.BooleanField(),
-                "values": inline_serializer(
-                    "FacetValue",
-                    {
-                        "slug": serializers.CharField(),
-                        "label": serializers.CharField(),
-                        "description": serializers.CharField(),
-                        "count": serializers.IntegerField(),
-                        "selected": serializers.BooleanField(),
-                    },
-                    many=True,
-                ),
-            },
-            many=True,
-        )
-    },
-)
-
-
 class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     """Each facet's vocabulary with the count per value for the current filters.
 
@@ -110,7 +89,7 @@ class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):
 
     pagination_class = None
 
-    @extend_schema(responses={200: FacetsResponse, 400: ERRORS[400]})
+    @extend_schema(responses={200: FacetsSerializer, 400: ERRORS[400]})
     @conditional(selectors.data_version)
     def list(self, request: Request) -> Response:
         filterset = self.get_filterset()
@@ -127,30 +106,12 @@ class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):
         return Response({"facets": facets})
 
 
-TimelineResponse = inline_serializer(
-    "Timeline",
-    {
-        "count": serializers.IntegerField(),
-        "buckets": inline_serializer(
-            "TimelineBucket",
-            {
-                "month": serializers.CharField(),
-                "recurrence_family": serializers.CharField(),
-                "works": serializers.IntegerField(),
-                "estimated": serializers.IntegerField(),
-            },
-            many=True,
-        ),
-    },
-)
-
-
 class TimelineViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     """Works per month of first publication and recurrence family (what the chart draws)."""
 
     pagination_class = None
 
-    @extend_schema(responses={200: TimelineResponse, 400: ERRORS[400]})
+    @extend_schema(responses={200: TimelineSerializer, 400: ERRORS[400]})
     @conditional(selectors.data_version)
     def list(self, request: Request) -> Response:
         buckets = selectors.timeline_counts(queryset=self.filter_queryset(self.get_queryset()))
@@ -158,13 +119,6 @@ class TimelineViewSet(AtlasReadMixin, viewsets.GenericViewSet):
         return Response({"count": sum(b.works for b in buckets), "buckets": rows})
 
 
-CompareResponse = inline_serializer(
-    "Comparison",
-    {
-        "works": WorkSerializer(many=True),
-        "differences": serializers.ListField(child=serializers.CharField()),
-    },
-)
 COMPARED_FIELDS = (*(facet.name for facet in taxonomy.FACETS), "month")
 
 
@@ -182,7 +136,7 @@ class CompareViewSet(viewsets.GenericViewSet):
                 "works", OpenApiTypes.STR, required=True, description="1–3 comma-separated slugs."
             )
         ],
-        responses={200: CompareResponse, 400: ERRORS[400]},
+        responses={200: ComparisonSerializer, 400: ERRORS[400]},
     )
     @conditional(selectors.data_version)
     def list(self, request: Request) -> Response:
@@ -198,7 +152,7 @@ class CompareViewSet(viewsets.GenericViewSet):
 
 def _compare_slugs(raw: str) -> list[str]:
     try:
-        slugs = SlugListField().clean(raw)
+        slugs = SlugListField(required=False).clean(raw)
     except DjangoValidationError as exc:
         raise ValidationError({"works": exc.messages}) from exc
     if not 1 <= len(slugs) <= selectors.COMPARE_MAX:
@@ -217,11 +171,15 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
 
     pagination_class = None
     renderer_classes = EXPORT_RENDERERS
+    metadata_class = None  # OPTIONS is a 405: describing the endpoint is not a file
     throttle_classes = [ExportThrottle]
 
     @extend_schema(
         responses={
-            (200, fmt.media_type): OpenApiResponse(OpenApiTypes.STR, description=fmt.label)
+            (200, fmt.media_type): OpenApiResponse(
+                ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
+                description=fmt.label,
+            )
             for fmt in EXPORT_FORMATS.values()
         }
         | {400: ERRORS[400], 429: OpenApiResponse(description="Too many exports; retry later.")},

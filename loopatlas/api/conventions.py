@@ -71,6 +71,16 @@ class PageNumberPagination(pagination.PageNumberPagination):
             )
         return int(raw)
 
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {
+            self.page_query_param: {"minimum": 1},
+            self.page_size_query_param: {"minimum": 1, "maximum": MAX_PAGE_SIZE},
+        }
+        for parameter in parameters:
+            parameter["schema"] |= bounds.get(parameter["name"], {})
+        return parameters
+
 
 class FormatNegotiation(DefaultContentNegotiation):
     """An unknown ``?format=`` is a 400 naming the formats the endpoint offers."""
