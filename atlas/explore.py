@@ -74,27 +74,47 @@ def facet_panels(filterset: WorkFilter, counts: FacetCounts) -> list[FacetPanel]
 
 
 def _bar_link(params: QueryDict):
+    """Links to Explore narrowed to one month and family, keeping the other filters."""
+    kept = params.copy()
+    for name in ("page", "month_from", "month_to", "recurrence_family"):
+        kept.pop(name, None)
+    prefix = f"?{kept.urlencode()}&" if kept else "?"
+
     def link(month: str, family: str) -> str:
-        narrowed = params.copy()
-        for name in ("page", "month_from", "month_to", "recurrence_family"):
-            narrowed.pop(name, None)
-        narrowed.update({"month_from": month, "month_to": month, "recurrence_family": family})
-        return "?" + narrowed.urlencode()
+        return f"{prefix}month_from={month}&month_to={month}&recurrence_family={family}"
 
     return link
 
 
+class CountedPaginator(Paginator):
+    """A paginator told the total it would otherwise count with a query of its own."""
+
+    def __init__(self, object_list, per_page: int, *, count: int) -> None:
+        super().__init__(object_list, per_page)
+        self._known_count = count
+
+    @property
+    def count(self) -> int:
+        return self._known_count
+
+
 def explore_page(*, params: QueryDict) -> ExplorePage:
-    """The page for these parameters; invalid ones give the panels and the errors only."""
+    """The page for these parameters; invalid ones give the panels and the errors only.
+
+    The timeline's counts per month and family also give the total, so the results
+    need no separate count.
+    """
     filterset = work_filter(params=params)
     if not filterset.is_valid():
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
     works = filterset.qs
-    page = Paginator(works, PAGE_SIZE).get_page(params.get("page"))
-    if page.paginator.count <= charts.TIMELINE_MAX_POINTS:
+    buckets = timeline_counts(queryset=works)
+    total = sum(bucket.works for bucket in buckets)
+    page = CountedPaginator(works, PAGE_SIZE, count=total).get_page(params.get("page"))
+    if total <= charts.TIMELINE_MAX_POINTS:
         figure = charts.timeline_dots(timeline_points(queryset=works))
     else:
-        figure = charts.timeline_bars(timeline_counts(queryset=works), _bar_link(params))
+        figure = charts.timeline_bars(buckets, _bar_link(params))
     counts = facet_counts(filterset=filterset)
     return ExplorePage(
         filterset=filterset, panels=facet_panels(filterset, counts), page=page, figure=figure

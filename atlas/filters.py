@@ -24,7 +24,7 @@ from atlas.search import search_filter
 
 ORDERINGS = {
     "newest": ("-month", "position", "slug"),
-    "oldest": ("month", "-position", "slug"),
+    "oldest": ("month", "-position", "-slug"),  # exactly newest reversed (one index serves)
     "title": ("title", "slug"),
 }
 ORDERING_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first"), ("title", "Title")]

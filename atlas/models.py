@@ -81,7 +81,10 @@ class Work(models.Model):
 
     class Meta:
         ordering = ["-month", "position", "slug"]
-        indexes = [models.Index(fields=["month", "position"])]
+        indexes = [
+            models.Index(fields=["-month", "position", "slug"]),  # newest; oldest reads it back
+            models.Index(fields=["title", "slug"]),  # the "title" sort
+        ]
 
     def __str__(self) -> str:
         return self.title

@@ -67,18 +67,26 @@ def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
     A single-valued facet is counted ignoring its own parameter (its values are
     alternatives, so each count says what choosing that value would add); multi-valued
     facets and topics are counted within the current results (each value narrows).
+
+    Queries: one for all single-valued facets without a filter of their own (grouped by
+    all of them at once, summed here), one per single-valued facet being filtered, and
+    one for the tags, whatever the number of works.
     """
     counts: FacetCounts = {name: {} for name in (*(f.name for f in taxonomy.FACETS), TOPIC)}
+    chosen = filterset.form.cleaned_data
+    open_facets = [f.name for f in taxonomy.SINGLE_FACETS if not chosen.get(f.name)]
+    if open_facets:
+        combinations = filterset.qs.order_by().values_list(*open_facets).annotate(n=Count("pk"))
+        for *values, n in combinations:
+            for name, value in zip(open_facets, values, strict=True):
+                counts[name][value] = counts[name].get(value, 0) + n
     for facet in taxonomy.SINGLE_FACETS:
-        rows = (
-            filterset.queryset_without(facet.name)
-            .order_by()
-            .values_list(facet.name)
-            .annotate(n=Count("pk"))
-        )
-        counts[facet.name] = dict(rows)
+        if facet.name not in open_facets:
+            rows = filterset.queryset_without(facet.name).order_by().values_list(facet.name)
+            counts[facet.name] = dict(rows.annotate(n=Count("pk")))
     tags = (
-        WorkTag.objects.filter(work__in=filterset.qs.order_by().values("pk"))
+        WorkTag.objects.filter(work_id__in=filterset.qs.order_by().values("pk"))
+        .order_by()
         .values_list("facet", "value")
         .annotate(n=Count("pk"))
     )

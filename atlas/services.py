@@ -52,11 +52,21 @@ def _work_tags(work: Work) -> set[tuple[str, str]]:
 
 
 def _unique_key(base: str, taken: set[str]) -> str:
-    key, suffix = base, ord("a")
+    """``base``, else ``base`` + a, b, …, z, aa, ab, … (the first one not taken)."""
+    key, n = base, 0
     while key in taken:
-        key, suffix = f"{base}{chr(suffix)}", suffix + 1
+        n += 1
+        key = base + _letters(n)
     taken.add(key)
     return key
+
+
+def _letters(n: int) -> str:
+    letters = ""
+    while n:
+        n, rest = divmod(n - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
 
 
 @transaction.atomic

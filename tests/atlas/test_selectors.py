@@ -108,3 +108,12 @@ def test_the_data_version_is_the_newest_change(small_atlas) -> None:
     change = atlas_change_record(kind="edit", summary="x")
     assert first.change_id > 0 and data_version().change_id == change.pk
     assert data_version().label.endswith("Z")
+
+
+def test_two_filtered_facets_are_each_counted_under_the_other(small_atlas) -> None:
+    counts = _counts("recurrence_family=universal&depth_control=halting")
+    # families among halting works; depth controls among universal works
+    assert counts["recurrence_family"] == {"universal": 1, "analysis": 1}
+    assert counts["depth_control"] == {"elastic": 1, "convergence": 1, "halting": 1}
+    # open facets count within both filters
+    assert counts["kv_strategy"] == {"unspecified": 1}

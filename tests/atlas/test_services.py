@@ -59,6 +59,14 @@ def test_a_reload_of_the_small_atlas_is_idempotent(small_atlas) -> None:
     assert list(Work.objects.values()) == before
 
 
+def test_colliding_citation_keys_get_letters_past_z() -> None:
+    same = {"authors": ["Ada Lovelace"], "month": "2024-01", "title": "Loops"}
+    _load(*(make_row(n, **same) for n in range(1, 30)))
+    keys = set(Work.objects.values_list("citation_key", flat=True))
+    assert len(keys) == 29
+    assert {"lovelace2024loops", "lovelace2024loopsz", "lovelace2024loopsaa"} <= keys
+
+
 def test_citation_keys_are_unique_and_kept_when_a_work_changes() -> None:
     # given two works whose natural keys collide
     same = {"authors": ["Ada Lovelace"], "month": "2024-01", "title": "Loops all the way"}

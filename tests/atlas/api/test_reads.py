@@ -102,7 +102,8 @@ def _queries(client, url: str) -> int:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("/api/v1/facets/?modality=language", 7),  # version, 5 single facets, tags
+        ("/api/v1/facets/?modality=language", 3),  # version, single facets at once, tags
+        ("/api/v1/facets/?kv_strategy=shared&depth_control=fixed", 5),  # + one per filtered
         ("/api/v1/timeline/?modality=language", 2),  # version, buckets
         ("/api/v1/export/?format=csv&modality=language", 3),  # version, works, tags
     ],
