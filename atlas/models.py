@@ -93,12 +93,19 @@ class Work(models.Model):
         return reverse("atlas:work", kwargs={"slug": self.slug})
 
     def tag_values(self, facet: str) -> list[str]:
-        """One multi-valued facet's values, in vocabulary order (uses prefetched tags)."""
-        values = [tag.value for tag in self.tags.all() if tag.facet == facet]
+        """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
+        values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
         if facet == TOPIC:
             return sorted(values)
         order = taxonomy.FACETS_BY_NAME[facet].slugs
         return sorted(values, key=order.index)
+
+    def tag_pairs(self) -> list[tuple[str, str]]:
+        """(facet, value) of every tag; works from ``selectors.work_queryset()`` carry them
+        aggregated as ``tags_text`` ("facet=value ..."), others read their tags."""
+        if "tags_text" in self.__dict__:
+            return [tuple(pair.split("=", 1)) for pair in (self.tags_text or "").split()]
+        return [(tag.facet, tag.value) for tag in self.tags.all()]
 
     @property
     def modality(self) -> list[str]:

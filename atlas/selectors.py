@@ -13,12 +13,14 @@ from django.db.models import (
     OuterRef,
     Q,
     QuerySet,
+    StringAgg,
     Subquery,
     Sum,
+    TextField,
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Concat
 
 from atlas import taxonomy
 from atlas.filters import WorkFilter
@@ -50,8 +52,21 @@ def data_version() -> DataVersion:
 
 
 def work_queryset() -> QuerySet[Work]:
-    """Works as pages and the API show them: tags prefetched, search column left out."""
-    return Work.objects.defer("search_document").prefetch_related("tags")
+    """Works as pages and the API show them: with their tags (aggregated into one column
+    by a subquery, so a page of works is one query and no tag objects), without the
+    search column."""
+    tags = (
+        WorkTag.objects.filter(work=OuterRef("pk"))
+        .order_by()
+        .values("work")
+        .annotate(
+            pairs=StringAgg(
+                Concat("facet", Value("="), "value", output_field=TextField()), Value(" ")
+            )
+        )
+        .values("pairs")
+    )
+    return Work.objects.defer("search_document").annotate(tags_text=Subquery(tags))
 
 
 def work_filter(*, params, queryset: QuerySet[Work] | None = None) -> WorkFilter:
@@ -147,8 +162,8 @@ def work_related(*, work: Work, limit: int = 5) -> list[Work]:
         if getattr(work, facet.name) not in ("unspecified", "none")
     ]
     pairs = Q(pk__in=[])
-    for tag in work.tags.all():
-        pairs |= Q(facet=tag.facet, value=tag.value)
+    for facet, value in work.tag_pairs():
+        pairs |= Q(facet=facet, value=value)
     tag_weight = Case(When(facet=TOPIC, then=Value(weight(TOPIC))), default=Value(1))
     shared_tags = (
         WorkTag.objects.filter(pairs, work=OuterRef("pk"))

@@ -48,7 +48,7 @@ def _work_columns(work: Work) -> dict[str, Any]:
 
 
 def _work_tags(work: Work) -> set[tuple[str, str]]:
-    return {(tag.facet, tag.value) for tag in work.tags.all()}
+    return set(work.tag_pairs())
 
 
 def _unique_key(base: str, taken: set[str]) -> str:

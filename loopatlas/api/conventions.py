@@ -15,6 +15,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpResponse, HttpResponseBase
 from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.utils.http import http_date
 from django_filters.rest_framework import DjangoFilterBackend
@@ -131,24 +134,26 @@ class ContentVersion(Protocol):
 
 
 def conditional(version: Callable[[], ContentVersion]):
-    """Decorate a view action: ETag/Last-Modified from ``version()``, 304 when unchanged.
+    """Decorate a read action: ETag/Last-Modified from ``version()``, 304 when unchanged.
 
-    The ETag also covers the full path and the negotiated media type, since those pick
-    which representation of that content version is sent. The version is left on the
-    view as ``content_version`` so the action need not read it again.
+    The ETag also covers the absolute URL and the negotiated media type, since those
+    pick the representation of that content version. Being that precise, it also keys a
+    cache of the rendered answers (``API_CACHE_SECONDS``; 0 turns it off): a version never
+    changes, so nothing cached can go stale. The version is left on the view as
+    ``content_version`` so the action need not read it again.
     """
 
     def decorator(action):
         @functools.wraps(action)
         def wrapped(view, request, *args, **kwargs):
             current = view.content_version = version()
-            seed = f"{current.tag}|{request.get_full_path()}|{request.accepted_media_type}"
+            seed = f"{current.tag}|{request.build_absolute_uri()}|{request.accepted_media_type}"
             etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
             modified = int(current.at.timestamp())
             unchanged = get_conditional_response(request, etag=etag, last_modified=modified)
             if unchanged is not None:
                 return unchanged
-            response = action(view, request, *args, **kwargs)
+            response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
             if response.status_code == 200:
                 response["ETag"], response["Last-Modified"] = etag, http_date(modified)
                 patch_vary_headers(response, ["Accept"])
@@ -157,3 +162,18 @@ def conditional(version: Callable[[], ContentVersion]):
         return wrapped
 
     return decorator
+
+
+def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResponseBase:
+    """The action's rendered answer, from the cache when it holds one."""
+    seconds = settings.API_CACHE_SECONDS
+    cached = cache.get(key) if seconds else None
+    if cached is not None:
+        content, headers = cached
+        return HttpResponse(content, headers=headers)
+    response = action(view, request, *args, **kwargs)
+    if seconds and response.status_code == 200:
+        response = view.finalize_response(request, response, *args, **kwargs)
+        response.render()
+        cache.set(key, (response.content, dict(response.items())), seconds)
+    return response

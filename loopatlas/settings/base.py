@@ -157,6 +157,10 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": env_int("NUM_PROXIES", 0) or None,
 }
 
+# Reads keep their data in the cache under their ETag (which names the data version),
+# so nothing cached goes stale; this only bounds how long unused entries stay.
+API_CACHE_SECONDS = env_int("API_CACHE_SECONDS", 3600)
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Loop Atlas API",
     "DESCRIPTION": "The atlas of looped Transformers and the playground's runs, as data.",

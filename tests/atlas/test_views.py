@@ -137,7 +137,7 @@ def test_explore_needs_the_same_queries_for_few_and_many_works(client) -> None:
     few = _explore_queries(client)
     load_rows(PAGE_SIZE * 2)
     # then
-    assert _explore_queries(client) == few == 6  # timeline x2, page, tags, facet counts x2
+    assert _explore_queries(client) == few == 5  # timeline x2, page, facet counts x2
 
 
 def test_a_work_page_shows_every_field_bibtex_related_and_compare(client, small_atlas) -> None:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from atlas.models import Work
 from atlas.services import atlas_change_record
 
 pytestmark = pytest.mark.django_db
@@ -85,3 +86,19 @@ def test_the_schema_and_its_docs_page_are_served_without_a_cdn(client) -> None:
     assert "swagger-ui" in docs
     assert "cdn." not in docs and "unpkg" not in docs and "jsdelivr" not in docs
     assert "/static/drf_spectacular_sidecar/" in docs
+
+
+def test_a_repeated_read_is_served_from_the_cache_until_the_data_changes(
+    client, small_atlas, django_assert_num_queries
+) -> None:
+    # given a first answer
+    first = client.get("/api/v1/export/?format=csv")
+    # then the same request needs only the data version
+    with django_assert_num_queries(1):
+        again = client.get("/api/v1/export/?format=csv")
+    assert again.content == first.content
+    assert again["Content-Disposition"] == first["Content-Disposition"]
+    # and after a reviewed change it is computed afresh
+    Work.objects.filter(slug="universal-transformers").update(title="Changed")
+    atlas_change_record(kind="edit", summary="retitled")
+    assert b"Changed" in client.get("/api/v1/export/?format=csv").content
