@@ -18,7 +18,7 @@ from typing import Protocol
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpResponse, HttpResponseBase
-from django.utils.cache import get_conditional_response, patch_vary_headers
+from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import pagination
@@ -29,6 +29,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 MAX_PAGE_SIZE = 200
+READ_MAX_AGE_SECONDS = 60  # how long shared caches may keep a read before revalidating
 
 
 def exception_handler(exc, context):
@@ -150,13 +151,13 @@ def conditional(version: Callable[[], ContentVersion]):
             seed = f"{current.tag}|{request.build_absolute_uri()}|{request.accepted_media_type}"
             etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
             modified = int(current.at.timestamp())
-            unchanged = get_conditional_response(request, etag=etag, last_modified=modified)
-            if unchanged is not None:
-                return unchanged
-            response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
-            if response.status_code == 200:
+            response = get_conditional_response(request, etag=etag, last_modified=modified)
+            if response is None:
+                response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
+            if response.status_code in (200, 304):
                 response["ETag"], response["Last-Modified"] = etag, http_date(modified)
                 patch_vary_headers(response, ["Accept"])
+                patch_cache_control(response, public=True, max_age=READ_MAX_AGE_SECONDS)
             return response
 
         return wrapped
