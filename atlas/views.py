@@ -87,7 +87,9 @@ def _suggested(request: HttpRequest, work: Work) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     raw = request.GET.get("works")
     try:
-        slugs = picks_get(request.session) if raw is None else SlugListField().clean(raw)
+        slugs = (
+            picks_get(request.session) if raw is None else SlugListField(required=False).clean(raw)
+        )
     except ValidationError as exc:
         return render(request, "atlas/compare.html", {"errors": exc.messages}, status=400)
     comparison = selectors.works_compare(slugs=slugs)

@@ -291,3 +291,23 @@ def test_a_pick_redirect_never_leaves_the_site(client, small_atlas) -> None:
         "/compare/pick/", {"slug": small_atlas[0], "picked": "1", "next": "https://evil.example/"}
     )
     assert response["Location"] == "/"
+
+
+def test_explores_export_links_download_the_same_results(client, small_atlas) -> None:
+    # given Explore as its form submits it (empty fields included)
+    query = "search=&month_from=&month_to=&ordering=newest&modality=vision"
+    page = client.get(f"/?{query}").content.decode()
+    link = re.search(r'<a href="(/api/v1/export/\?[^"]*format=csv[^"]*)" download>CSV', page)[1]
+    # when the CSV link is followed
+    response = client.get(link.replace("&amp;", "&"))
+    # then it holds exactly the works shown
+    assert response.status_code == 200
+    slugs = {line.split(",")[0] for line in response.content.decode().splitlines()[1:]}
+    assert slugs == set(_slugs(client.get(f"/?{query}")))
+
+
+def test_compare_exports_the_compared_works(client, small_atlas) -> None:
+    page = client.get("/compare/?works=universal-transformers,mixture-of-recursions").content
+    link = re.search(r'href="(/api/v1/export/\?works=[^"]*format=bibtex)"', page.decode())[1]
+    bibtex = client.get(link.replace("&amp;", "&")).content.decode()
+    assert bibtex.count("\n@") == 2 and "dehghani2018universal" in bibtex
