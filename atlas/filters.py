@@ -151,6 +151,8 @@ def _topics_in_use() -> list[tuple[str, str]]:
 class WorkFilterForm(forms.Form):
     def clean_works(self) -> list[str]:
         slugs = self.cleaned_data["works"]
+        if not slugs:
+            return slugs
         known = set(Work.objects.filter(slug__in=slugs).values_list("slug", flat=True))
         unknown = [slug for slug in slugs if slug not in known]
         if unknown:
@@ -207,11 +209,23 @@ class WorkFilter(django_filters.FilterSet):
         fields: list[str] = []
         form = WorkFilterForm
 
+    def get_form_class(self) -> type[forms.Form]:
+        # The form class depends on the declared filters only: build it once, not per request.
+        cls = type(self)
+        if "_form_class" not in cls.__dict__:
+            cls._form_class = super().get_form_class()
+        return cls._form_class
+
     def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return search_filter(queryset, value) if value.strip() else queryset
 
     def filter_ordering(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.order_by(*ORDERINGS[value])
+
+    @property
+    def narrows(self) -> bool:
+        """Whether any parameter other than the sort leaves works out."""
+        return any(value for name, value in self.form.cleaned_data.items() if name != "ordering")
 
     def queryset_without(self, name: str) -> QuerySet:
         """The filtered works, ignoring one parameter (for disjunctive facet counts)."""

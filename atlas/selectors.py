@@ -99,12 +99,10 @@ def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
         if facet.name not in open_facets:
             rows = filterset.queryset_without(facet.name).order_by().values_list(facet.name)
             counts[facet.name] = dict(rows.annotate(n=Count("pk")))
-    tags = (
-        WorkTag.objects.filter(work_id__in=filterset.qs.order_by().values("pk"))
-        .order_by()
-        .values_list("facet", "value")
-        .annotate(n=Count("pk"))
-    )
+    tags = WorkTag.objects.all()
+    if filterset.narrows:  # else every tag counts, and the index on (facet, value) suffices
+        tags = tags.filter(work_id__in=filterset.qs.order_by().values("pk"))
+    tags = tags.order_by().values_list("facet", "value").annotate(n=Count("pk"))
     for facet, value, n in tags:
         counts[facet][value] = n
     return counts

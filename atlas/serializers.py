@@ -1,5 +1,7 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
+from django.urls import reverse
+from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
@@ -70,8 +72,14 @@ class WorkSerializer(serializers.Serializer):
     page_url = serializers.SerializerMethodField(help_text="The work's page on the site.")
 
     def get_page_url(self, work: Work) -> str:
+        return f"{self._page_url_prefix}{work.slug}/"
+
+    @cached_property
+    def _page_url_prefix(self) -> str:
+        """Pages differ only in the slug: reverse (and build the absolute URL) once per
+        serializer, not once per work."""
+        path = reverse("atlas:work", kwargs={"slug": "x"}).removesuffix("x/")
         request = self.context.get("request")
-        path = work.get_absolute_url()
         return request.build_absolute_uri(path) if request else path
 
 
