@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: setup
+	mkdir -p var
 	DEBUG=1 $(PY) manage.py migrate --noinput
+	DEBUG=1 $(PY) manage.py load_atlas
 	DEBUG=1 $(PY) -m uvicorn loopatlas.asgi:application --host 127.0.0.1 --port 8000
 
 test: setup

@@ -1,4 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from atlas import views
 
 app_name = "atlas"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.explore, name="explore"),
+    path("works/<slug:slug>/", views.work_detail, name="work"),
+    path("works/<slug:slug>/suggest/", views.work_suggest, name="suggest"),
+    path("compare/", views.compare, name="compare"),
+    path("compare/pick/", views.compare_pick, name="compare-pick"),
+]

@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("loopatlas.api.urls")),
     path("", include("atlas.urls")),
     path("", include("playground.urls")),
 ]

@@ -136,10 +136,30 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+# The API's shared conventions are in loopatlas/api/conventions.py.
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["loopatlas.api.conventions.StrictFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "loopatlas.api.conventions.PageNumberPagination",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "loopatlas.api.conventions.FormatNegotiation",
+    "EXCEPTION_HANDLER": "loopatlas.api.conventions.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # Anonymous writes and heavy exports are limited per address; reads are not.
+    "DEFAULT_THROTTLE_RATES": {
+        "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
+        "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
+    },
+    "NUM_PROXIES": env_int("NUM_PROXIES", 0) or None,
 }
+
+# Reads keep their data in the cache under their ETag (which names the data version),
+# so nothing cached goes stale; this only bounds how long unused entries stay.
+API_CACHE_SECONDS = env_int("API_CACHE_SECONDS", 3600)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Loop Atlas API",

@@ -1,0 +1,102 @@
+"""Curators' side: works, the review queue of suggestions, and the change history."""
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from atlas import records, services
+from atlas.models import AtlasChange, Suggestion, Work, WorkTag
+
+
+class WorkTagInline(admin.TabularInline):
+    model = WorkTag
+    extra = 0
+
+
+@admin.register(Work)
+class WorkAdmin(admin.ModelAdmin):
+    list_display = ["title", "month", "recurrence_family", "depth_control", "reviewed_at"]
+    list_filter = ["recurrence_family", "depth_control", "kv_strategy", "training_regime"]
+    search_fields = ["title", "slug", "summary"]
+    readonly_fields = ["citation_key", "reviewed_at"]
+    inlines = [WorkTagInline]
+
+    def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if form.has_changed() or any(formset.has_changed() for formset in formsets):
+            services.atlas_change_record(
+                kind=AtlasChange.Kind.EDIT,
+                summary=f"{form.instance.slug} edited by {request.user}",
+            )
+
+
+@admin.register(Suggestion)
+class SuggestionAdmin(admin.ModelAdmin):
+    """The review queue: approving applies the value to the work; both record the curator."""
+
+    list_display = ["id", "work", "field", "current_value", "proposed_value", "status"]
+    list_filter = ["status", "field"]
+    search_fields = ["work__title", "work__slug", "proposed_value", "rationale"]
+    actions = ["approve", "reject"]
+    fields = [
+        "work",
+        "field",
+        "current_value",
+        "proposed_value",
+        "rationale",
+        "contact",
+        "status",
+        "created_at",
+        "previous_value",
+        "reviewed_by",
+        "reviewed_at",
+        "review_note",
+    ]
+    readonly_fields = [name for name in fields if name != "review_note"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Suggestion]:
+        return super().get_queryset(request).prefetch_related("work__tags")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="current value")
+    def current_value(self, suggestion: Suggestion) -> str:
+        if suggestion.field not in records.CORRECTABLE_FIELDS:
+            return "—"
+        value = services.work_field_value(work=suggestion.work, field=suggestion.field)
+        return records.value_to_text(value)
+
+    @admin.action(description="Approve and apply the selected suggestions", permissions=["change"])
+    def approve(self, request: HttpRequest, queryset: QuerySet[Suggestion]) -> None:
+        self._review(request, queryset, services.suggestion_approve, "approved")
+
+    @admin.action(description="Reject the selected suggestions", permissions=["change"])
+    def reject(self, request: HttpRequest, queryset: QuerySet[Suggestion]) -> None:
+        self._review(request, queryset, services.suggestion_reject, "rejected")
+
+    def _review(self, request, queryset, service, verb: str) -> None:
+        done = 0
+        for suggestion in queryset:
+            try:
+                service(suggestion=suggestion, reviewer=request.user)
+            except services.ReviewError as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{done} suggestion(s) {verb}.", messages.SUCCESS)
+
+
+@admin.register(AtlasChange)
+class AtlasChangeAdmin(admin.ModelAdmin):
+    """The history of reviewed changes; the newest entry is the data version."""
+
+    list_display = ["at", "kind", "summary"]
+    list_filter = ["kind"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

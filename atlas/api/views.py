@@ -1,0 +1,218 @@
+"""The atlas's REST API (v1): works, facets, timeline, compare, export, suggestions.
+
+Every read takes the Explore parameters through the one ``WorkFilter`` and answers
+conditional requests; the registry of routes is ``loopatlas/api/urls.py``.
+"""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from atlas import selectors, taxonomy
+from atlas.api.renderers import EXPORT_RENDERERS
+from atlas.explore import facet_panels
+from atlas.exports import EXPORT_FORMATS, export_filename
+from atlas.filters import SlugListField, WorkFilter
+from atlas.models import Work
+from atlas.records import RecordError
+from atlas.serializers import (
+    ComparisonSerializer,
+    ExportDocumentSerializer,
+    FacetsSerializer,
+    SuggestionSerializer,
+    TimelineSerializer,
+    WorkSerializer,
+)
+from atlas.services import suggestion_submit
+from atlas.throttles import ExportThrottle, SuggestionThrottle
+from loopatlas.api.conventions import StrictFilterBackend, conditional
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid parameters; the body names them."),
+    404: OpenApiResponse(description="No such work or page."),
+}
+
+
+class AtlasReadMixin:
+    """Filtered works with the Explore parameters; ETags from the data version."""
+
+    queryset = Work.objects.none()
+    filterset_class = WorkFilter
+    filter_backends = [StrictFilterBackend]
+
+    def get_queryset(self) -> QuerySet[Work]:
+        return selectors.work_queryset()
+
+    def get_filterset(self) -> WorkFilter:
+        backend = StrictFilterBackend()
+        return backend.get_valid_filterset(self.request, self.get_queryset(), self)
+
+
+@extend_schema(responses={200: WorkSerializer, **ERRORS})
+class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
+    """Works, filtered exactly as on Explore; ``page_size`` up to 200."""
+
+    serializer_class = WorkSerializer
+    lookup_field = "slug"
+
+    @conditional(selectors.data_version)
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @conditional(selectors.data_version)
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    def get_object(self) -> Work:
+        slug = self.kwargs["slug"]
+        work = self.get_queryset().filter(slug=slug).first()
+        if work is None:
+            raise NotFound(f"No work with slug {slug!r}.")
+        return work
+
+
+class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):
+    """Each facet's vocabulary with the count per value for the current filters.
+
+    Single-valued facets are counted ignoring their own parameter (what choosing that
+    value would add); multi-valued ones and topics within the current results.
+    """
+
+    pagination_class = None
+
+    @extend_schema(responses={200: FacetsSerializer, 400: ERRORS[400]})
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        filterset = self.get_filterset()
+        panels = facet_panels(filterset, selectors.facet_counts(filterset=filterset))
+        facets = [
+            {
+                "name": panel.name,
+                "label": panel.label,
+                "multi": panel.multi,
+                "values": [vars(option) for option in [*panel.options, *panel.more]],
+            }
+            for panel in panels
+        ]
+        return Response({"facets": facets})
+
+
+class TimelineViewSet(AtlasReadMixin, viewsets.GenericViewSet):
+    """Works per month of first publication and recurrence family (what the chart draws)."""
+
+    pagination_class = None
+
+    @extend_schema(responses={200: TimelineSerializer, 400: ERRORS[400]})
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        buckets = selectors.timeline_counts(queryset=self.filter_queryset(self.get_queryset()))
+        rows = [vars(bucket) | {"month": f"{bucket.month:%Y-%m}"} for bucket in buckets]
+        return Response({"count": sum(b.works for b in buckets), "buckets": rows})
+
+
+COMPARED_FIELDS = (*(facet.name for facet in taxonomy.FACETS), "month")
+
+
+class CompareViewSet(viewsets.GenericViewSet):
+    """One to three works side by side, with the compared fields whose values differ."""
+
+    queryset = Work.objects.none()
+    pagination_class = None
+    filter_backends = [StrictFilterBackend]
+    extra_query_params = ("works",)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "works", OpenApiTypes.STR, required=True, description="1–3 comma-separated slugs."
+            )
+        ],
+        responses={200: ComparisonSerializer, 400: ERRORS[400]},
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        slugs = _compare_slugs(request.query_params.get("works", ""))
+        comparison = selectors.works_compare(slugs=slugs)
+        if comparison.unknown:
+            raise ValidationError({"works": [f"no work with slug {', '.join(comparison.unknown)}"]})
+        works = WorkSerializer(comparison.works, many=True, context={"request": request}).data
+        differences = [field for field in COMPARED_FIELDS if comparison.differs(field)]
+        return Response({"works": works, "differences": differences})
+
+
+def _compare_slugs(raw: str) -> list[str]:
+    try:
+        slugs = SlugListField(required=False).clean(raw)
+    except DjangoValidationError as exc:
+        raise ValidationError({"works": exc.messages}) from exc
+    if not 1 <= len(slugs) <= selectors.COMPARE_MAX:
+        raise ValidationError(
+            {"works": [f"give 1 to {selectors.COMPARE_MAX} work slugs, not {len(slugs)}"]}
+        )
+    return slugs
+
+
+class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
+    """The filtered works as a file: JSON, CSV, BibTeX or RIS (``format`` or ``Accept``).
+
+    Each file states the data version it was made from; the CSV has one row per work,
+    with list fields joined by ``;``.
+    """
+
+    pagination_class = None
+    renderer_classes = EXPORT_RENDERERS
+    metadata_class = None  # OPTIONS is a 405: describing the endpoint is not a file
+    throttle_classes = [ExportThrottle]
+
+    @extend_schema(
+        responses={
+            (200, fmt.media_type): OpenApiResponse(
+                ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
+                description=fmt.label,
+            )
+            for fmt in EXPORT_FORMATS.values()
+        }
+        | {400: ERRORS[400], 429: OpenApiResponse(description="Too many exports; retry later.")},
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        works = self.filter_queryset(self.get_queryset())
+        rows = WorkSerializer(works, many=True, context={"request": request}).data
+        version = self.content_version.label
+        fmt = EXPORT_FORMATS[request.accepted_renderer.format]
+        disposition = f'attachment; filename="{export_filename(fmt, version)}"'
+        headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
+        return Response({"version": version, "rows": rows}, headers=headers)
+
+
+class SuggestionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Propose a correction of one field of one work; curators review it before it applies."""
+
+    serializer_class = SuggestionSerializer
+    throttle_classes = [SuggestionThrottle]
+
+    @extend_schema(
+        responses={
+            201: SuggestionSerializer,
+            400: ERRORS[400],
+            429: OpenApiResponse(description="Too many suggestions; retry later."),
+        }
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            suggestion = suggestion_submit(**serializer.validated_data)
+        except RecordError as exc:
+            raise ValidationError({"proposed_value": [str(exc)]}) from exc
+        return Response(SuggestionSerializer(suggestion).data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,121 @@
+"""What the Explore page shows for a query string: results, facet panels, timeline."""
+
+from dataclasses import dataclass, field
+
+from django.core.paginator import Page, Paginator
+from django.http import QueryDict
+
+from atlas import charts, taxonomy
+from atlas.filters import WorkFilter
+from atlas.models import TOPIC
+from atlas.selectors import (
+    FacetCounts,
+    facet_counts,
+    timeline_counts,
+    timeline_points,
+    work_filter,
+)
+
+PAGE_SIZE = 25
+TOPICS_SHOWN = 15
+
+
+@dataclass(frozen=True)
+class FacetOption:
+    slug: str
+    label: str
+    description: str
+    count: int
+    selected: bool
+
+
+@dataclass(frozen=True)
+class FacetPanel:
+    name: str
+    label: str
+    multi: bool
+    options: list[FacetOption]
+    more: list[FacetOption] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExplorePage:
+    filterset: WorkFilter
+    panels: list[FacetPanel]
+    page: Page | None = None
+    figure: dict | None = None
+
+    @property
+    def total(self) -> int:
+        return self.page.paginator.count if self.page else 0
+
+
+def _selected(filterset: WorkFilter, name: str) -> set[str]:
+    return set(filterset.data.getlist(name))
+
+
+def facet_panels(filterset: WorkFilter, counts: FacetCounts) -> list[FacetPanel]:
+    panels = []
+    for facet in taxonomy.FACETS:
+        chosen, numbers = _selected(filterset, facet.name), counts.get(facet.name, {})
+        options = [
+            FacetOption(t.slug, t.label, t.description, numbers.get(t.slug, 0), t.slug in chosen)
+            for t in facet.terms
+        ]
+        panels.append(FacetPanel(facet.name, facet.label, facet.multi, options))
+    chosen, numbers = _selected(filterset, TOPIC), counts.get(TOPIC, {})
+    topics = sorted(numbers.items(), key=lambda item: (-item[1], item[0]))
+    topics += [(topic, 0) for topic in sorted(chosen - set(numbers))]
+    options = [FacetOption(t, t.replace("-", " "), "", n, t in chosen) for t, n in topics]
+    shown = options[:TOPICS_SHOWN] + [o for o in options[TOPICS_SHOWN:] if o.selected]
+    more = [o for o in options[TOPICS_SHOWN:] if not o.selected]
+    panels.append(FacetPanel(TOPIC, "Topics", True, shown, more))
+    return panels
+
+
+def _bar_link(params: QueryDict):
+    """Links to Explore narrowed to one month and family, keeping the other filters."""
+    kept = params.copy()
+    for name in ("page", "month_from", "month_to", "recurrence_family"):
+        kept.pop(name, None)
+    prefix = f"?{kept.urlencode()}&" if kept else "?"
+
+    def link(month: str, family: str) -> str:
+        return f"{prefix}month_from={month}&month_to={month}&recurrence_family={family}"
+
+    return link
+
+
+class CountedPaginator(Paginator):
+    """A paginator told the total it would otherwise count with a query of its own."""
+
+    def __init__(self, object_list, per_page: int, *, count: int) -> None:
+        super().__init__(object_list, per_page)
+        self._known_count = count
+
+    @property
+    def count(self) -> int:
+        return self._known_count
+
+
+def explore_page(*, params: QueryDict) -> ExplorePage:
+    """The page for these parameters; invalid ones give the panels and the errors only.
+
+    The timeline's counts per month and family also give the total, so the results
+    need no separate count.
+    """
+    filterset = work_filter(params=params)
+    if not filterset.is_valid():
+        return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
+    works = filterset.qs
+    buckets = timeline_counts(queryset=works)
+    total = sum(bucket.works for bucket in buckets)
+    page = CountedPaginator(works, PAGE_SIZE, count=total).get_page(params.get("page"))
+    if total <= charts.TIMELINE_MAX_POINTS:
+        figure = charts.timeline_dots(timeline_points(queryset=works))
+    else:
+        figure = charts.timeline_bars(buckets, _bar_link(params))
+    counts = facet_counts(filterset=filterset)
+    return ExplorePage(
+        filterset=filterset, panels=facet_panels(filterset, counts), page=page, figure=figure
+    )

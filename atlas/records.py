@@ -1,0 +1,243 @@
+"""What a valid work looks like, field by field, for the data file and for suggestions.
+
+The loader checks every row of the curated file with ``record_from_row``; a correction
+proposed by a visitor is parsed by ``value_from_text`` and checked by the very same
+field rules, so the two can never disagree about what the atlas accepts.
+"""
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
+from atlas import taxonomy
+
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+ARXIV_RE = re.compile(r"^(\d{4}\.\d{4,5}|[a-z][a-z.-]*(\.[A-Z]{2})?/\d{7})(v\d+)?$")
+CONFIDENCES = ("high", "medium", "low")
+LIST_SEPARATOR = ";"
+
+
+class RecordError(ValueError):
+    """A value the atlas refuses; the message says why, for a person to fix it."""
+
+
+def _text(max_length: int, *, optional: bool = False) -> Callable[[Any], str]:
+    def clean(value: Any) -> str:
+        if value is None and optional:
+            return ""
+        if not isinstance(value, str):
+            raise RecordError(f"must be text, not {_type_name(value)}")
+        value = value.strip()
+        if not value and not optional:
+            raise RecordError("must not be empty")
+        if len(value) > max_length:
+            raise RecordError(f"is longer than {max_length} characters")
+        return value
+
+    return clean
+
+
+def _pattern(regex: re.Pattern[str], what: str, max_length: int, *, optional: bool = False):
+    text = _text(max_length, optional=optional)
+
+    def clean(value: Any) -> str:
+        value = text(value)
+        if value and not regex.match(value):
+            raise RecordError(f"{value!r} is not {what}")
+        return value
+
+    return clean
+
+
+def _url(value: Any) -> str:
+    value = _text(500, optional=True)(value)
+    if value:
+        try:
+            URLValidator(schemes=["http", "https"])(value)
+        except ValidationError as exc:
+            raise RecordError(f"{value!r} is not an http(s) URL") from exc
+    return value
+
+
+def _month(value: Any) -> date:
+    value = _text(100)(value)
+    match = MONTH_RE.match(value)
+    if not match or not 1 <= int(match[2]) <= 12:
+        raise RecordError(f"{value!r} is not a month in the form YYYY-MM")
+    return date(int(match[1]), int(match[2]), 1)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise RecordError(f"must be true or false, not {_type_name(value)}")
+    return value
+
+
+def _position(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RecordError(f"must be a whole number from 1, not {value!r}")
+    return value
+
+
+def _confidence(value: Any) -> str:
+    value = _text(8, optional=True)(value)
+    if value and value not in CONFIDENCES:
+        raise RecordError(f"{value!r} is not one of {', '.join(CONFIDENCES)}")
+    return value
+
+
+def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
+    def clean(value: Any) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise RecordError(f"must be a list, not {_type_name(value)}")
+        items = [item(element) for element in value]
+        duplicates = sorted({x for x in items if items.count(x) > 1})
+        if duplicates:
+            raise RecordError(f"lists {', '.join(map(repr, duplicates))} more than once")
+        return items
+
+    return clean
+
+
+def not_allowed(name: str, value: object, allowed: Sequence[str]) -> str:
+    """The message for a value outside a vocabulary: it names the allowed values."""
+    return f"{value!r} is not an allowed {name} value; allowed: {', '.join(allowed)}"
+
+
+def _term(facet: taxonomy.Facet) -> Callable[[Any], str]:
+    def clean(value: Any) -> str:
+        if value not in facet.slugs:
+            raise RecordError(not_allowed(facet.name, value, facet.slugs))
+        return value
+
+    return clean
+
+
+def _type_name(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """How one field of a work is checked, and whether visitors may propose corrections."""
+
+    clean: Callable[[Any], Any]
+    label: str
+    required: bool = False
+    correctable: bool = True
+    default: Any = None
+
+
+FIELD_RULES: dict[str, FieldRule] = {
+    "n": FieldRule(_position, "Position", required=True, correctable=False),
+    "slug": FieldRule(
+        _pattern(SLUG_RE, "a slug (lowercase words joined by hyphens)", 200),
+        "Slug",
+        required=True,
+        correctable=False,
+    ),
+    "title": FieldRule(_text(500), "Title", required=True),
+    "summary": FieldRule(_text(5000), "Summary", required=True),
+    "month": FieldRule(_month, "Month of first publication", required=True),
+    "month_estimated": FieldRule(_bool, "Month is estimated", default=False),
+    "arxiv_id": FieldRule(
+        _pattern(ARXIV_RE, "an arXiv identifier such as 2406.01234", 32, optional=True),
+        "arXiv id",
+    ),
+    "url": FieldRule(_url, "URL"),
+    "code_url": FieldRule(_url, "Code URL"),
+    "authors": FieldRule(_list(_text(200)), "Authors", default=[]),
+    "authors_et_al": FieldRule(_bool, "Author list is truncated", default=False),
+    "venue": FieldRule(_text(200, optional=True), "Venue"),
+    "facts_confidence": FieldRule(_confidence, "Confidence of the facts", correctable=False),
+    "facts_source": FieldRule(_text(500, optional=True), "Source of the facts", correctable=False),
+    **{
+        facet.name: FieldRule(
+            _list(_term(facet)) if facet.multi else _term(facet), facet.label, required=True
+        )
+        for facet in taxonomy.FACETS
+    },
+    "topics": FieldRule(
+        _list(_pattern(SLUG_RE, "a topic slug (lowercase words joined by hyphens)", 100)),
+        "Topics",
+        default=[],
+    ),
+}
+LIST_FIELDS = frozenset(
+    name for name, rule in FIELD_RULES.items() if isinstance(rule.default, list)
+) | {facet.name for facet in taxonomy.MULTI_FACETS}
+BOOL_FIELDS = frozenset({"month_estimated", "authors_et_al"})
+CORRECTABLE_FIELDS: dict[str, str] = {
+    name: rule.label for name, rule in FIELD_RULES.items() if rule.correctable
+}
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    """One checked work, with every optional value normalised (``""``, ``[]``, ``False``)."""
+
+    values: dict[str, Any]
+
+    @property
+    def slug(self) -> str:
+        return self.values["slug"]
+
+    @property
+    def position(self) -> int:
+        return self.values["n"]
+
+
+def record_from_row(row: Any) -> WorkRecord:
+    """Check one row of the data file, refusing unknown, missing and invalid fields."""
+    if not isinstance(row, Mapping):
+        raise RecordError(f"must be a mapping of field names to values, not {_type_name(row)}")
+    unknown = sorted(set(row) - set(FIELD_RULES), key=str)
+    if unknown:
+        raise RecordError(f"unknown field(s): {', '.join(map(str, unknown))}")
+    values = {}
+    for name, rule in FIELD_RULES.items():
+        if name not in row and rule.required:
+            raise RecordError(f"{name}: is required")
+        raw = row.get(name, rule.default)
+        try:
+            values[name] = rule.clean(raw)
+        except RecordError as exc:
+            raise RecordError(f"{name}: {exc}") from None
+    return WorkRecord(values)
+
+
+def value_from_text(field: str, text: str) -> Any:
+    """Parse a visitor's text for one correctable field (lists separated by ``;``)."""
+    if field not in CORRECTABLE_FIELDS:
+        raise RecordError(f"{field!r} cannot be corrected here")
+    text = text.strip()
+    raw: Any
+    if field in LIST_FIELDS:
+        raw = [part.strip() for part in text.split(LIST_SEPARATOR) if part.strip()]
+    elif field in BOOL_FIELDS:
+        answers = {"yes": True, "true": True, "no": False, "false": False}
+        if text.lower() not in answers:
+            raise RecordError("answer yes or no")
+        raw = answers[text.lower()]
+    else:
+        raw = text or None
+    return FIELD_RULES[field].clean(raw)
+
+
+def value_to_text(value: Any) -> str:
+    """The canonical text form of a field value (what suggestions store and show)."""
+    if isinstance(value, list):
+        return f"{LIST_SEPARATOR} ".join(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, date):
+        return f"{value:%Y-%m}"
+    return str(value)

@@ -1,0 +1,211 @@
+"""Reads of the atlas: works, facet counts, timeline, related works, Compare, data version.
+
+Every selector issues a fixed number of queries, whatever the number of works.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    StringAgg,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Concat
+
+from atlas import taxonomy
+from atlas.filters import WorkFilter
+from atlas.models import TOPIC, AtlasChange, Work, WorkTag
+
+COMPARE_MAX = 3
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class DataVersion:
+    """The newest reviewed change: what every export states and every ETag derives from."""
+
+    change_id: int
+    at: datetime
+
+    @property
+    def label(self) -> str:
+        return self.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def tag(self) -> str:
+        return f"{self.change_id}@{self.at.isoformat()}"
+
+
+def data_version() -> DataVersion:
+    latest = AtlasChange.objects.order_by("-at", "-id").values_list("id", "at").first()
+    return DataVersion(*latest) if latest else DataVersion(0, _EPOCH)
+
+
+def work_queryset() -> QuerySet[Work]:
+    """Works as pages and the API show them: with their tags (aggregated into one column
+    by a subquery, so a page of works is one query and no tag objects), without the
+    search column."""
+    tags = (
+        WorkTag.objects.filter(work=OuterRef("pk"))
+        .order_by()
+        .values("work")
+        .annotate(
+            pairs=StringAgg(
+                Concat("facet", Value("="), "value", output_field=TextField()), Value(" ")
+            )
+        )
+        .values("pairs")
+    )
+    return Work.objects.defer("search_document").annotate(tags_text=Subquery(tags))
+
+
+def work_filter(*, params, queryset: QuerySet[Work] | None = None) -> WorkFilter:
+    return WorkFilter(params, queryset=work_queryset() if queryset is None else queryset)
+
+
+FacetCounts = dict[str, dict[str, int]]
+
+
+def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
+    """Works per facet value under the current filters.
+
+    A single-valued facet is counted ignoring its own parameter (its values are
+    alternatives, so each count says what choosing that value would add); multi-valued
+    facets and topics are counted within the current results (each value narrows).
+
+    Queries: one for all single-valued facets without a filter of their own (grouped by
+    all of them at once, summed here), one per single-valued facet being filtered, and
+    one for the tags, whatever the number of works.
+    """
+    counts: FacetCounts = {name: {} for name in (*(f.name for f in taxonomy.FACETS), TOPIC)}
+    chosen = filterset.form.cleaned_data
+    open_facets = [f.name for f in taxonomy.SINGLE_FACETS if not chosen.get(f.name)]
+    if open_facets:
+        combinations = filterset.qs.order_by().values_list(*open_facets).annotate(n=Count("pk"))
+        for *values, n in combinations:
+            for name, value in zip(open_facets, values, strict=True):
+                counts[name][value] = counts[name].get(value, 0) + n
+    for facet in taxonomy.SINGLE_FACETS:
+        if facet.name not in open_facets:
+            rows = filterset.queryset_without(facet.name).order_by().values_list(facet.name)
+            counts[facet.name] = dict(rows.annotate(n=Count("pk")))
+    tags = WorkTag.objects.all()
+    if filterset.narrows:  # else every tag counts, and the index on (facet, value) suffices
+        tags = tags.filter(work_id__in=filterset.qs.order_by().values("pk"))
+    tags = tags.order_by().values_list("facet", "value").annotate(n=Count("pk"))
+    for facet, value, n in tags:
+        counts[facet][value] = n
+    return counts
+
+
+@dataclass(frozen=True)
+class TimelineBucket:
+    month: date
+    recurrence_family: str
+    works: int
+    estimated: int
+
+
+def timeline_counts(*, queryset: QuerySet[Work]) -> list[TimelineBucket]:
+    """Works per month and recurrence family, oldest month first."""
+    rows = (
+        queryset.order_by()
+        .values_list("month", "recurrence_family")
+        .annotate(works=Count("pk"), estimated=Count("pk", filter=Q(month_estimated=True)))
+        .order_by("month", "recurrence_family")
+    )
+    return [TimelineBucket(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    slug: str
+    title: str
+    month: date
+    month_estimated: bool
+    recurrence_family: str
+
+
+def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
+    """One point per work, oldest first (callers keep this for bounded result sets)."""
+    fields = ("slug", "title", "month", "month_estimated", "recurrence_family")
+    rows = queryset.order_by("month", "-position", "slug").values_list(*fields)
+    return [TimelinePoint(*row) for row in rows]
+
+
+# Why these weights: the family is the atlas's main axis and a shared topic is specific,
+# while values such as "language" or "from-scratch" are shared by most works.
+RELATED_WEIGHTS = {"recurrence_family": 3, TOPIC: 2}
+
+
+def work_related(*, work: Work, limit: int = 5) -> list[Work]:
+    """The works sharing the most (weighted) facet values and topics with ``work``, newest
+    first on ties; ``unspecified`` and ``none`` are not shared properties."""
+    shared = [
+        Case(
+            When(**{facet.name: getattr(work, facet.name)}, then=Value(weight(facet.name))),
+            default=Value(0),
+        )
+        for facet in taxonomy.SINGLE_FACETS
+        if getattr(work, facet.name) not in ("unspecified", "none")
+    ]
+    pairs = Q(pk__in=[])
+    for facet, value in work.tag_pairs():
+        pairs |= Q(facet=facet, value=value)
+    tag_weight = Case(When(facet=TOPIC, then=Value(weight(TOPIC))), default=Value(1))
+    shared_tags = (
+        WorkTag.objects.filter(pairs, work=OuterRef("pk"))
+        .order_by()
+        .values("work")
+        .annotate(score=Sum(tag_weight))
+        .values("score")
+    )
+    score = sum(shared, Coalesce(Subquery(shared_tags, output_field=IntegerField()), 0))
+    related = (
+        work_queryset()
+        .exclude(pk=work.pk)
+        .annotate(score=score)
+        .filter(score__gt=0)
+        .order_by("-score", "-month", "position", "slug")
+    )
+    return list(related[:limit])
+
+
+def weight(name: str) -> int:
+    return RELATED_WEIGHTS.get(name, 1)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    works: list[Work]
+    unknown: list[str]
+    dropped: list[str]
+
+    @property
+    def slugs(self) -> list[str]:
+        return [work.slug for work in self.works]
+
+    def differs(self, field: str) -> bool:
+        return len({repr(getattr(work, field)) for work in self.works}) > 1
+
+
+def works_compare(*, slugs: list[str]) -> Comparison:
+    """The first ``COMPARE_MAX`` known works in the order given; unknown and surplus
+    slugs are named rather than silently dropped."""
+    by_slug = {work.slug: work for work in work_queryset().filter(slug__in=slugs)}
+    known = [slug for slug in slugs if slug in by_slug]
+    return Comparison(
+        works=[by_slug[slug] for slug in known[:COMPARE_MAX]],
+        unknown=[slug for slug in slugs if slug not in by_slug],
+        dropped=known[COMPARE_MAX:],
+    )

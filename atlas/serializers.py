@@ -1,0 +1,158 @@
+"""A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
+
+from django.urls import reverse
+from django.utils.functional import cached_property
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from atlas import taxonomy
+from atlas.models import Confidence, Work
+from atlas.records import CORRECTABLE_FIELDS
+
+
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-05"})
+class MonthField(serializers.Field):
+    def to_representation(self, value):
+        return f"{value:%Y-%m}"
+
+
+class OptionalCharField(serializers.CharField):
+    """Stored as ``""`` when absent (Django's convention), given out as ``null``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(allow_null=True, read_only=True, **kwargs)
+
+    def to_representation(self, value):
+        return value or None
+
+
+class OptionalChoiceField(serializers.ChoiceField):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(allow_null=True, read_only=True, **kwargs)
+
+    def to_representation(self, value):
+        return value or None
+
+
+def _terms(facet: taxonomy.Facet) -> serializers.Field:
+    choice = serializers.ChoiceField(choices=facet.slugs)
+    if facet.multi:
+        return serializers.ListField(child=choice, read_only=True)
+    return serializers.ChoiceField(choices=facet.slugs, read_only=True)
+
+
+class WorkSerializer(serializers.Serializer):
+    slug = serializers.SlugField(read_only=True)
+    title = serializers.CharField(read_only=True)
+    summary = serializers.CharField(read_only=True)
+    month = MonthField(read_only=True, help_text="Month of first publication (YYYY-MM).")
+    month_estimated = serializers.BooleanField(read_only=True)
+    authors = serializers.ListField(child=serializers.CharField(), read_only=True)
+    authors_et_al = serializers.BooleanField(
+        read_only=True, help_text="The author list is truncated (“et al.”)."
+    )
+    venue = OptionalCharField()
+    arxiv_id = OptionalCharField()
+    url = OptionalCharField()
+    code_url = OptionalCharField()
+    recurrence_family = _terms(taxonomy.RECURRENCE_FAMILY)
+    depth_control = _terms(taxonomy.DEPTH_CONTROL)
+    depth_granularity = _terms(taxonomy.DEPTH_GRANULARITY)
+    kv_strategy = _terms(taxonomy.KV_STRATEGY)
+    modality = _terms(taxonomy.MODALITY)
+    contribution = _terms(taxonomy.CONTRIBUTION)
+    training_regime = _terms(taxonomy.TRAINING_REGIME)
+    topics = serializers.ListField(child=serializers.SlugField(), read_only=True)
+    citation_key = serializers.CharField(read_only=True)
+    facts_confidence = OptionalChoiceField(choices=Confidence.values)
+    facts_source = OptionalCharField()
+    reviewed_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When a curator last approved a correction."
+    )
+    page_url = serializers.SerializerMethodField(help_text="The work's page on the site.")
+
+    def get_page_url(self, work: Work) -> str:
+        return f"{self._page_url_prefix}{work.slug}/"
+
+    @cached_property
+    def _page_url_prefix(self) -> str:
+        """Pages differ only in the slug: reverse (and build the absolute URL) once per
+        serializer, not once per work."""
+        path = reverse("atlas:work", kwargs={"slug": "x"}).removesuffix("x/")
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
+class SuggestionSerializer(serializers.Serializer):
+    """A proposed correction; the value is checked against the field's rules on submit."""
+
+    work = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Work.objects.all(),
+        help_text="Slug of the work to correct.",
+        error_messages={"does_not_exist": "no work with slug {value!r}"},
+    )
+    field = serializers.ChoiceField(choices=list(CORRECTABLE_FIELDS))
+    proposed_value = serializers.CharField(
+        max_length=5000, help_text="The corrected value; separate several values with ';'."
+    )
+    rationale = serializers.CharField(max_length=2000, help_text="Why, with a source.")
+    contact = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        help_text="Optional; only curators see it.",
+    )
+    id = serializers.IntegerField(read_only=True)
+    status = serializers.CharField(read_only=True)
+
+
+# The shapes of the other reads, for the schema: each answers one object, even though it
+# is routed as a list.
+class FacetValueSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    label = serializers.CharField()
+    description = serializers.CharField()
+    count = serializers.IntegerField()
+    selected = serializers.BooleanField(help_text="The current filters include this value.")
+
+
+class FacetSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    label = serializers.CharField()
+    multi = serializers.BooleanField(help_text="Several values per work (filters: all of).")
+    values = FacetValueSerializer(many=True)
+
+
+@extend_schema_serializer(many=False)
+class FacetsSerializer(serializers.Serializer):
+    facets = FacetSerializer(many=True)
+
+
+class TimelineBucketSerializer(serializers.Serializer):
+    month = serializers.CharField(help_text="YYYY-MM")
+    recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
+    works = serializers.IntegerField()
+    estimated = serializers.IntegerField(help_text="Of these, works whose month is estimated.")
+
+
+@extend_schema_serializer(many=False)
+class TimelineSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    buckets = TimelineBucketSerializer(many=True)
+
+
+@extend_schema_serializer(many=False)
+class ComparisonSerializer(serializers.Serializer):
+    works = WorkSerializer(many=True)
+    differences = serializers.ListField(
+        child=serializers.CharField(), help_text="Compared fields whose values differ."
+    )
+
+
+@extend_schema_serializer(many=False)
+class ExportDocumentSerializer(serializers.Serializer):
+    data_version = serializers.CharField(help_text="Date of the last reviewed change.")
+    count = serializers.IntegerField()
+    works = WorkSerializer(many=True)

@@ -1,0 +1,200 @@
+"""Everything that writes to the atlas: loading the curated file and reviewed corrections.
+
+Each write that changes what visitors see records an ``AtlasChange``; the newest one
+is the data version that exports state and that ETags are derived from.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from atlas.exports import citation_key_base
+from atlas.models import TAG_FACETS, AtlasChange, Suggestion, Work, WorkTag
+from atlas.records import FIELD_RULES, RecordError, WorkRecord, value_from_text, value_to_text
+
+# Record fields stored as Work columns (the rest are tags); "n" is stored as ``position``.
+COLUMNS: dict[str, str] = {
+    name: ("position" if name == "n" else name) for name in FIELD_RULES if name not in TAG_FACETS
+}
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    created: int
+    updated: int
+    unchanged: int
+
+    def __str__(self) -> str:
+        return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged"
+
+
+def atlas_change_record(*, kind: AtlasChange.Kind, summary: str) -> AtlasChange:
+    return AtlasChange.objects.create(kind=kind, summary=summary[:500])
+
+
+def _record_columns(record: WorkRecord) -> dict[str, Any]:
+    return {column: record.values[name] for name, column in COLUMNS.items()}
+
+
+def _record_tags(record: WorkRecord) -> set[tuple[str, str]]:
+    return {(facet, value) for facet in TAG_FACETS for value in record.values[facet]}
+
+
+def _work_columns(work: Work) -> dict[str, Any]:
+    return {column: getattr(work, column) for column in COLUMNS.values()}
+
+
+def _work_tags(work: Work) -> set[tuple[str, str]]:
+    return set(work.tag_pairs())
+
+
+def _unique_key(base: str, taken: set[str]) -> str:
+    """``base``, else ``base`` + a, b, …, z, aa, ab, … (the first one not taken)."""
+    key, n = base, 0
+    while key in taken:
+        n += 1
+        key = base + _letters(n)
+    taken.add(key)
+    return key
+
+
+def _letters(n: int) -> str:
+    letters = ""
+    while n:
+        n, rest = divmod(n - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
+
+
+@transaction.atomic
+def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
+    """Upsert checked records by slug; all or nothing, and a no-op when nothing differs.
+
+    New works get a citation key once (oldest first, so the older work keeps the plain
+    key when two collide); existing works keep theirs.
+    """
+    existing = {work.slug: work for work in Work.objects.prefetch_related("tags")}
+    taken = {work.citation_key for work in existing.values()}
+    created: list[Work] = []
+    updated: list[Work] = []
+    tags_of: dict[str, set[tuple[str, str]]] = {}
+    unchanged = 0
+    for record in sorted(records, key=lambda r: -r.position):
+        columns, tags = _record_columns(record), _record_tags(record)
+        work = existing.get(record.slug)
+        if work is None:
+            key = _unique_key(citation_key_base(**_citation_parts(record)), taken)
+            created.append(Work(**columns, citation_key=key))
+        elif _work_columns(work) != columns or _work_tags(work) != tags:
+            for column, value in columns.items():
+                setattr(work, column, value)
+            updated.append(work)
+        else:
+            unchanged += 1
+            continue
+        tags_of[record.slug] = tags
+    Work.objects.bulk_create(created, batch_size=1000)
+    Work.objects.bulk_update(updated, fields=list(COLUMNS.values()), batch_size=1000)
+    _tags_replace(works=[*created, *updated], tags_of=tags_of)
+    report = LoadReport(created=len(created), updated=len(updated), unchanged=unchanged)
+    if created or updated:
+        atlas_change_record(kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}")
+    return report
+
+
+def _citation_parts(record: WorkRecord) -> dict[str, Any]:
+    values = record.values
+    return {"authors": values["authors"], "year": values["month"].year, "title": values["title"]}
+
+
+def _tags_replace(*, works: list[Work], tags_of: dict[str, set[tuple[str, str]]]) -> None:
+    WorkTag.objects.filter(work__in=[work.pk for work in works]).delete()
+    WorkTag.objects.bulk_create(
+        [
+            WorkTag(work=work, facet=facet, value=value)
+            for work in works
+            for facet, value in sorted(tags_of[work.slug])
+        ],
+        batch_size=2000,
+    )
+
+
+def work_field_value(*, work: Work, field: str) -> Any:
+    """The current value of one correctable field, in the form ``atlas.records`` checks."""
+    if field in TAG_FACETS:
+        return work.tag_values(field)
+    return getattr(work, field)
+
+
+def _work_field_set(*, work: Work, field: str, value: Any) -> None:
+    if field in TAG_FACETS:
+        work.tags.filter(facet=field).delete()
+        WorkTag.objects.bulk_create(WorkTag(work=work, facet=field, value=v) for v in value)
+    else:
+        setattr(work, field, value)
+
+
+def suggestion_submit(
+    *, work: Work, field: str, proposed_value: str, rationale: str, contact: str = ""
+) -> Suggestion:
+    """Queue a correction for review once its value passes the field's rules.
+
+    Raises:
+        RecordError: the field is not correctable or the value is invalid.
+    """
+    value = value_from_text(field, proposed_value)
+    return Suggestion.objects.create(
+        work=work,
+        field=field,
+        proposed_value=value_to_text(value),
+        rationale=rationale.strip(),
+        contact=contact.strip(),
+    )
+
+
+class ReviewError(ValueError):
+    """A review that cannot be applied (already reviewed, or no longer valid)."""
+
+
+def _pending(suggestion: Suggestion) -> Suggestion:
+    locked = Suggestion.objects.select_for_update().select_related("work").get(pk=suggestion.pk)
+    if locked.status != Suggestion.Status.PENDING:
+        raise ReviewError(f"Suggestion #{locked.pk} was already {locked.get_status_display()}.")
+    return locked
+
+
+@transaction.atomic
+def suggestion_approve(*, suggestion: Suggestion, reviewer: Any) -> Suggestion:
+    """Apply the proposed value to the work and record who approved it and when."""
+    suggestion = _pending(suggestion)
+    work = suggestion.work
+    try:
+        value = value_from_text(suggestion.field, suggestion.proposed_value)
+    except RecordError as exc:
+        raise ReviewError(f"Suggestion #{suggestion.pk} is no longer valid: {exc}") from exc
+    now = timezone.now()
+    suggestion.previous_value = value_to_text(work_field_value(work=work, field=suggestion.field))
+    _work_field_set(work=work, field=suggestion.field, value=value)
+    work.reviewed_at = now
+    work.save()
+    suggestion.status = Suggestion.Status.APPROVED
+    suggestion.reviewed_by, suggestion.reviewed_at = reviewer, now
+    suggestion.save()
+    atlas_change_record(
+        kind=AtlasChange.Kind.SUGGESTION,
+        summary=f"{work.slug}: {suggestion.field} corrected (suggestion #{suggestion.pk})",
+    )
+    return suggestion
+
+
+@transaction.atomic
+def suggestion_reject(*, suggestion: Suggestion, reviewer: Any, note: str = "") -> Suggestion:
+    suggestion = _pending(suggestion)
+    suggestion.status = Suggestion.Status.REJECTED
+    suggestion.reviewed_by, suggestion.reviewed_at = reviewer, timezone.now()
+    suggestion.review_note = note
+    suggestion.save()
+    return suggestion

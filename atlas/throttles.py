@@ -1,0 +1,15 @@
+"""Anonymous rate limits (rates in ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
+
+The page's suggestion form and the API's ``suggestions/`` share one budget per address:
+they are the same write.
+"""
+
+from rest_framework.throttling import AnonRateThrottle
+
+
+class SuggestionThrottle(AnonRateThrottle):
+    scope = "suggestions"
+
+
+class ExportThrottle(AnonRateThrottle):
+    scope = "exports"

@@ -1,0 +1,111 @@
+"""Atlas pages: Explore, a work, Compare; picking works to compare; suggesting corrections.
+
+Each view validates its input, calls one selector or service and renders. Pages are
+whole documents; htmx requests get the swapped region only (``template#partial``).
+"""
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from atlas import exports, selectors
+from atlas.explore import explore_page
+from atlas.filters import SlugListField
+from atlas.forms import SuggestionForm
+from atlas.models import Work
+from atlas.picks import picks_get, picks_set
+from atlas.records import RecordError
+from atlas.serializers import WorkSerializer
+from atlas.services import suggestion_submit
+from atlas.throttles import SuggestionThrottle
+
+COMPARE_REFUSED = "You can compare up to three works. Untick one before adding another."
+SUGGESTION_THANKS = "Thank you: your suggestion waits for a curator's review."
+
+
+@require_GET
+def explore(request: HttpRequest) -> HttpResponse:
+    page = explore_page(params=request.GET)
+    template = "atlas/explore.html#explore" if request.htmx else "atlas/explore.html"
+    context = {"explore": page, "picks": picks_get(request.session)}
+    return render(request, template, context, status=200 if page.filterset.is_valid() else 400)
+
+
+@require_GET
+def work_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    work = get_object_or_404(selectors.work_queryset(), slug=slug)
+    return _work_page(request, work, form=SuggestionForm())
+
+
+def _work_page(request: HttpRequest, work: Work, *, form, status: int = 200) -> HttpResponse:
+    row = WorkSerializer(work, context={"request": request}).data
+    context = {
+        "work": work,
+        "form": form,
+        "bibtex": exports.bibtex_entry(row),
+        "related": selectors.work_related(work=work),
+        "picks": picks_get(request.session),
+    }
+    return render(request, "atlas/work.html", context, status=status)
+
+
+@require_POST
+def work_suggest(request: HttpRequest, slug: str) -> HttpResponse:
+    work = get_object_or_404(selectors.work_queryset(), slug=slug)
+    form, status = SuggestionForm(request.POST), 400
+    throttle = SuggestionThrottle()
+    if form.is_valid() and not throttle.allow_request(request, None):
+        minutes = max(1, round((throttle.wait() or 60) / 60))
+        form.add_error(None, f"Too many suggestions from your address; try again in {minutes} min.")
+        status = 429
+    elif form.is_valid():
+        try:
+            suggestion_submit(work=work, **form.cleaned_data)
+        except RecordError as exc:
+            form.add_error("proposed_value", str(exc))
+        else:
+            return _suggested(request, work)
+    if request.htmx:
+        return render(
+            request, "atlas/work.html#suggest", {"work": work, "form": form}, status=status
+        )
+    return _work_page(request, work, form=form, status=status)
+
+
+def _suggested(request: HttpRequest, work: Work) -> HttpResponse:
+    if request.htmx:
+        context = {"work": work, "form": SuggestionForm(), "thanks": SUGGESTION_THANKS}
+        return render(request, "atlas/work.html#suggest", context)
+    messages.success(request, SUGGESTION_THANKS)
+    return redirect(work)
+
+
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    raw = request.GET.get("works")
+    try:
+        slugs = (
+            picks_get(request.session) if raw is None else SlugListField(required=False).clean(raw)
+        )
+    except ValidationError as exc:
+        return render(request, "atlas/compare.html", {"errors": exc.messages}, status=400)
+    comparison = selectors.works_compare(slugs=slugs)
+    return render(request, "atlas/compare.html", {"comparison": comparison})
+
+
+@require_POST
+def compare_pick(request: HttpRequest) -> HttpResponse:
+    """Tick or untick one work for Compare (``picked`` present = ticked)."""
+    work = get_object_or_404(Work, slug=request.POST.get("slug", ""))
+    result = picks_set(request.session, slug=work.slug, picked="picked" in request.POST)
+    if request.htmx:
+        context = {"work": work, "picks": result.picks, "refused": result.refused}
+        return render(request, "atlas/compare_pick.html#pick-response", context)
+    if result.refused:
+        messages.warning(request, COMPARE_REFUSED)
+    target = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure())
+    return redirect(target if safe else "atlas:explore")

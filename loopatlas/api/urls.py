@@ -1,0 +1,27 @@
+"""The API: every v1 endpoint is registered on one router; the schema and its docs page.
+
+New endpoints (the playground's runs, say) register on ``router`` under their own prefix
+and follow ``loopatlas.api.conventions``.
+"""
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from atlas.api import views as atlas_api
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("works", atlas_api.WorkViewSet, basename="work")
+router.register("facets", atlas_api.FacetViewSet, basename="facet")
+router.register("timeline", atlas_api.TimelineViewSet, basename="timeline")
+router.register("compare", atlas_api.CompareViewSet, basename="compare")
+router.register("export", atlas_api.ExportViewSet, basename="export")
+router.register("suggestions", atlas_api.SuggestionViewSet, basename="suggestion")
+
+urlpatterns = [
+    path("v1/", include(router.urls)),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

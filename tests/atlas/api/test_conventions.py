@@ -1,0 +1,106 @@
+"""The conventions of loopatlas/api/conventions.py, on the atlas's endpoints."""
+
+import pytest
+
+from atlas.models import Work
+from atlas.services import atlas_change_record
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_unknown_filter_value_is_a_400_naming_the_parameter_and_allowed_values(
+    client, small_atlas
+) -> None:
+    response = client.get("/api/v1/works/?recurrence_family=loopy")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["detail"].startswith("recurrence_family: 'loopy' is not an allowed")
+    assert (
+        "allowed: universal, looped-lm, prelude-core-coda" in body["errors"]["recurrence_family"][0]
+    )
+
+
+def test_an_unknown_parameter_is_refused_not_ignored(client, small_atlas) -> None:
+    response = client.get("/api/v1/works/?recurence_family=universal")
+    assert response.status_code == 400
+    message = response.json()["errors"]["recurence_family"][0]
+    assert message.startswith("unknown parameter; allowed:") and "recurrence_family" in message
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("page_size=0", "must be a whole number from 1 to 200"),
+        ("page_size=201", "must be a whole number from 1 to 200"),
+        ("page_size=ten", "must be a whole number from 1 to 200"),
+        ("format=xml", "'xml' is not a format this endpoint offers; allowed: json"),
+    ],
+)
+def test_paging_and_format_errors_are_400s(client, small_atlas, query, message) -> None:
+    response = client.get(f"/api/v1/works/?{query}")
+    assert response.status_code == 400
+    assert message in response.json()["detail"]
+
+
+def test_a_page_past_the_end_is_a_404_in_the_same_shape(client, small_atlas) -> None:
+    response = client.get("/api/v1/works/?page=9")
+    assert response.status_code == 404 and set(response.json()) == {"detail"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/works/",
+        "/api/v1/works/universal-transformers/",
+        "/api/v1/facets/",
+        "/api/v1/timeline/",
+        "/api/v1/compare/?works=universal-transformers",
+        "/api/v1/export/?format=csv",
+    ],
+)
+def test_reads_answer_conditional_requests_until_the_data_changes(client, small_atlas, url):
+    # given a first answer
+    first = client.get(url)
+    etag, modified = first["ETag"], first["Last-Modified"]
+    assert first.status_code == 200 and "Accept" in first["Vary"]
+    assert first["Cache-Control"] == "public, max-age=60"
+    # then the same request with either validator is answered 304
+    not_modified = client.get(url, headers={"If-None-Match": etag})
+    assert not_modified.status_code == 304 and not_modified["ETag"] == etag
+    assert client.get(url, headers={"If-Modified-Since": modified}).status_code == 304
+    # when the data changes, the validator no longer matches
+    atlas_change_record(kind="edit", summary="a reviewed change")
+    changed = client.get(url, headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed["ETag"] != etag
+
+
+def test_different_representations_have_different_etags(client, small_atlas) -> None:
+    csv = client.get("/api/v1/export/?format=csv")["ETag"]
+    ris = client.get("/api/v1/export/?format=ris")["ETag"]
+    filtered = client.get("/api/v1/export/?format=csv&modality=vision")["ETag"]
+    assert len({csv, ris, filtered}) == 3
+
+
+def test_the_schema_and_its_docs_page_are_served_without_a_cdn(client) -> None:
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200 and b"/api/v1/works/" in schema.content
+    docs = client.get("/api/docs/").content.decode()
+    assert "swagger-ui" in docs
+    assert "cdn." not in docs and "unpkg" not in docs and "jsdelivr" not in docs
+    assert "/static/drf_spectacular_sidecar/" in docs
+
+
+def test_a_repeated_read_is_served_from_the_cache_until_the_data_changes(
+    client, small_atlas, django_assert_num_queries
+) -> None:
+    # given a first answer
+    first = client.get("/api/v1/export/?format=csv")
+    # then the same request needs only the data version
+    with django_assert_num_queries(1):
+        again = client.get("/api/v1/export/?format=csv")
+    assert again.content == first.content
+    assert again["Content-Disposition"] == first["Content-Disposition"]
+    # and after a reviewed change it is computed afresh
+    Work.objects.filter(slug="universal-transformers").update(title="Changed")
+    atlas_change_record(kind="edit", summary="retitled")
+    assert b"Changed" in client.get("/api/v1/export/?format=csv").content
