@@ -225,13 +225,19 @@ class DecodePlan:
         return o, lse.masked_fill((lens == 0)[:, None, None], float("-inf"))
 
     def _per_row_stores(self, q, stores, layer, like) -> tuple[Tensor, Tensor]:
+        """Each row's own loop store (rows at different loops read different stores)."""
         o_like, lse_like = like
-        o_c, lse_c = torch.zeros_like(o_like), torch.full_like(lse_like, float("-inf"))
+        no_o, no_lse = torch.zeros_like(o_like[:1]), torch.full_like(lse_like[:1], float("-inf"))
+        outs, lses = [], []
         for i, (r, t, n) in enumerate(zip(self.rows, self.loops, self.c_lens, strict=True)):
-            if n:
-                o, lse = attend_with_lse(q[i : i + 1], Segment(*stores[t].row(layer, r)))
-                o_c[i], lse_c[i] = o[0], lse[0]
-        return o_c, lse_c
+            o, lse = (
+                attend_with_lse(q[i : i + 1], Segment(*stores[t].row(layer, r)))
+                if n
+                else (no_o, no_lse)
+            )
+            outs.append(o)
+            lses.append(lse)
+        return torch.cat(outs), torch.cat(lses)
 
     def _attend_row(self, i: int, q: Tensor, terminal, stores, layer: int) -> Tensor:
         r, p = self.rows[i], self.pos[i] + 1
