@@ -3,7 +3,9 @@
 DIR is an Ouro checkpoint directory holding ``reference.safetensors`` in the layout of
 ``tests/kernels/fixtures/ouro-tiny/README.md`` (outputs of the official implementation).
 Prints the max abs error of every tensor and exits non-zero when one is above tolerance:
-floats within ``--atol`` (1e-5 for float32), exit steps and greedy ids exactly.
+floats within ``--atol`` (1e-5 for float32), exit steps and greedy ids exactly. Both the
+reference forward (every loop) and the skipping engine are checked: ``select`` must give
+the threshold outputs, and every KV policy at q = 1 full depth and the greedy ids.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from torch import Tensor
 from kernels import exits
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.config import DTYPES
+from kernels.engine import Engine
+from kernels.rules import POLICIES, QExit
 
 DEFAULT_ATOL = {torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
@@ -89,6 +93,43 @@ def reference_checks(
     }
 
 
+def engine_checks(loaded: LoadedModel, ref: dict[str, Tensor]) -> dict[str, Callable[[], Tensor]]:
+    """What the skipping engine must reproduce: the reference's threshold outputs under
+    ``select``, and full depth (q = 1) and its greedy generation under every policy."""
+    ids = ref["input_ids"].to(loaded.device)
+    thresholds = [float(t) for t in ref["thresholds"]]
+    select = [Engine(loaded.model, QExit(q), "select").prefill(ids) for q in thresholds]
+    prompt = ref["gen_prompt_ids"].to(loaded.device)
+    n_new = ref["gen_output_ids"].shape[1] - prompt.shape[1]
+    checks: dict[str, Callable[[], Tensor]] = {
+        "engine select threshold_exit_steps": lambda: (
+            torch.stack([r.exit_loop for r in select]) - 1
+        ),
+        "engine select threshold_logits": lambda: torch.stack([r.logits for r in select]),
+    }
+    for policy in POLICIES:
+        engine = Engine(loaded.model, QExit(1.0), policy)
+
+        def full(engine=engine) -> Tensor:
+            return engine.prefill(ids).logits
+
+        def greedy(engine=engine) -> Tensor:
+            prefill = engine.prefill(prompt, reserve=n_new)
+            new = [[] for _ in range(prompt.shape[0])]
+            for record in engine.decode(prefill, max_new_tokens=n_new):
+                new[record.row].append(record.token_id)
+            return torch.cat([prompt.cpu(), torch.tensor(new)], dim=1)
+
+        checks[f"engine {policy} q=1 logits_default"] = full
+        checks[f"engine {policy} q=1 gen_output_ids"] = greedy
+    return checks
+
+
+def _golden(name: str) -> str:
+    """The reference tensor a check compares with (the last word of its name)."""
+    return name.split()[-1]
+
+
 def check(
     path: str | Path, *, dtype: torch.dtype | None = None, atol: float | None = None
 ) -> list[Row]:
@@ -99,8 +140,9 @@ def check(
     tol = atol if atol is not None else DEFAULT_ATOL[loaded.dtype]
     rows = []
     with torch.no_grad():
-        for name, compute in reference_checks(loaded, ref).items():
-            want = ref[name]
+        checks = {**reference_checks(loaded, ref), **engine_checks(loaded, ref)}
+        for name, compute in checks.items():
+            want = ref[_golden(name)]
             rows.append(Row(name, _error(compute(), want), tol if want.is_floating_point() else 0))
     return rows
 

@@ -13,7 +13,13 @@ def test_the_fixture_passes(fixture_dir, capsys):
     # then every golden tensor is listed and within tolerance
     out = capsys.readouterr().out
     assert code == 0
-    for name in ("layer_outputs", "threshold_exit_steps", "gen_output_ids", "gen_step_logits"):
+    for name in (
+        "layer_outputs",
+        "threshold_exit_steps",
+        "gen_step_logits",
+        "engine select threshold_logits",
+        "engine best-available q=1 gen_output_ids",
+    ):
         assert name in out
     assert "all within tolerance" in out
 
