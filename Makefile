@@ -2,7 +2,6 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-export DJANGO_SETTINGS_MODULE ?= loopatlas.settings.base
 
 .PHONY: setup run test lint
 
