@@ -1,0 +1,185 @@
+"""``GET /runs/<id>/events``: a run's events as server-sent events.
+
+The stream, for a viewer that has nothing yet (or resumes after ``Last-Event-ID`` /
+``?last_event_id=``, a position):
+
+    event: run                 the run as the API shows it (status, params, trained_loops)
+    data: {...}
+
+    id: <position>             one per position after the resume point, in order
+    event: token
+    data: <TokenEvent JSON>
+
+    : ping                     a comment whenever nothing was sent for HEARTBEAT_S
+
+    event: done                {"status": "done"|"cancelled", "stats": {...}}
+    (or event: error           {"status": "failed", "error": "..."}), then the stream closes.
+
+What is stored comes first, from the database (a late viewer, a permalink replay, a
+resume), then live events: from the run's Redis stream in the full stack, by polling the
+database in the embedded mode. Positions only increase, so nothing is sent twice and,
+since the worker stores each token before it publishes it, nothing is skipped. The view
+is async (ASGI): a viewer waiting on Redis or sleeping between polls holds no thread.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
+
+from playground import selectors, services, streams
+from playground.models import Run
+from playground.serializers import RunSerializer
+
+HEARTBEAT_S = 10.0
+POLL_S = 0.1  # embedded mode: how often a live viewer looks for new rows
+BATCH = 500
+
+
+def sse(event: str, data: object, id: int | None = None) -> str:
+    lines = [] if id is None else [f"id: {id}"]
+    lines += [f"event: {event}", f"data: {json.dumps(data, cls=DjangoJSONEncoder)}"]
+    return "\n".join(lines) + "\n\n"
+
+
+def last_event_id(request: HttpRequest) -> int | None:
+    """The position to resume after (-1: from the start); None when it is malformed."""
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "-1"
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= -1 else None
+
+
+async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
+    after = last_event_id(request)
+    if after is None:
+        return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
+    run = await selectors.arun_get(run_id=run_id)
+    if run is None:
+        raise Http404(f"No run with id {run_id}.")
+    events = run_event_stream(run=run, after=after)
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once
+    return response
+
+
+def run_payload(run: Run) -> dict:
+    return dict(RunSerializer(run).data)
+
+
+class _Relay:
+    """One viewer's position in the run and the events it still has to send."""
+
+    def __init__(self, run: Run, after: int) -> None:
+        self.run, self.after = run, after
+        self.last_sent = time.monotonic()
+
+    def tokens(self, events: list[dict]) -> list[str]:
+        chunks = []
+        for event in events:
+            if event["position"] > self.after:  # never twice
+                chunks.append(sse("token", event, id=event["position"]))
+                self.after = event["position"]
+        if chunks:
+            self.last_sent = time.monotonic()
+        return chunks
+
+    async def stored(self) -> tuple[list[str], bool]:
+        """Catch up from the database; the bool says the run has finished (and all its
+        tokens are in the chunks, since a run is marked finished after its last token)."""
+        chunks: list[str] = []
+        while True:
+            run = await selectors.arun_get(run_id=self.run.id)
+            self.run = run or self.run
+            rows = await selectors.arun_tokens(run_id=self.run.id, after=self.after, limit=BATCH)
+            chunks += self.tokens(rows)
+            if len(rows) < BATCH:
+                return chunks, self.run.finished
+
+    def end(self) -> str:
+        event, data = services.run_end_event(self.run)
+        return sse(event, data)
+
+    def ping(self) -> str | None:
+        if time.monotonic() - self.last_sent < HEARTBEAT_S:
+            return None
+        self.last_sent = time.monotonic()
+        return ": ping\n\n"
+
+    async def sweep_if_stale(self) -> None:
+        if selectors.run_is_stale(run=self.run):
+            await sync_to_async(services.run_fail_stale)()
+
+
+async def run_event_stream(*, run: Run, after: int = -1) -> AsyncIterator[str]:
+    """The SSE text of ``run`` after position ``after`` until its ``done``/``error``."""
+    relay = _Relay(run, after)
+    yield sse("run", run_payload(run))
+    source = _from_redis(relay) if streams.publishing() else _from_database(relay)
+    async for chunk in source:
+        yield chunk
+
+
+async def _from_database(relay: _Relay) -> AsyncIterator[str]:
+    while True:
+        chunks, finished = await relay.stored()
+        for chunk in chunks:
+            yield chunk
+        if finished:
+            yield relay.end()
+            return
+        if ping := relay.ping():
+            yield ping
+        await relay.sweep_if_stale()
+        await asyncio.sleep(POLL_S)
+
+
+async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
+    import redis.asyncio as aioredis
+
+    chunks, finished = await relay.stored()
+    for chunk in chunks:
+        yield chunk
+    if finished:
+        yield relay.end()
+        return
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    key = streams.stream_key(relay.run.id)
+    try:
+        while True:
+            start = streams.after_position_id(relay.after)
+            reply = await client.xread({key: start}, count=BATCH, block=int(HEARTBEAT_S * 1000))
+            if not reply:  # quiet: a heartbeat, and a look at the run in the database
+                yield ": ping\n\n"
+                relay.last_sent = time.monotonic()
+                chunks, finished = await relay.stored()
+                for chunk in chunks:
+                    yield chunk
+                if finished:
+                    yield relay.end()
+                    return
+                await relay.sweep_if_stale()
+                continue
+            for _entry_id, fields in reply[0][1]:
+                kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
+                if kind == "token":
+                    for chunk in relay.tokens([data]):
+                        yield chunk
+                    continue
+                # The end: first anything stored but never published (a worker that died
+                # between the two), then the final event as the database has it.
+                chunks, _ = await relay.stored()
+                for chunk in chunks:
+                    yield chunk
+                yield relay.end() if relay.run.finished else sse(kind, data)
+                return
+    finally:
+        await client.aclose()

@@ -1,0 +1,77 @@
+"""Reads of runs and their tokens (sync for the API and the worker, async for SSE)."""
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from playground.models import Run, RunToken
+
+TOKEN_FIELDS = ("position", "phase", "token_id", "text", "exit_loop", "loops_computed")
+
+
+def run_list() -> QuerySet[Run]:
+    """Runs, most recent first."""
+    return Run.objects.order_by("-created_at")
+
+
+def run_get(*, run_id: uuid.UUID | str) -> Run | None:
+    return Run.objects.filter(pk=run_id).first()
+
+
+def run_active_count() -> int:
+    """Runs queued or running: what the queue limit counts."""
+    return Run.objects.filter(status__in=Run.ACTIVE).count()
+
+
+def run_stale_list(*, now=None) -> QuerySet[Run]:
+    """Running runs whose worker has not written a heartbeat for PLAYGROUND_STALE_AFTER_S."""
+    now = now or timezone.now()
+    limit = now - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    return Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=limit)
+
+
+def run_is_stale(*, run: Run, now=None) -> bool:
+    if run.status != Run.Status.RUNNING or run.heartbeat_at is None:
+        return False
+    now = now or timezone.now()
+    return now - run.heartbeat_at > timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+
+
+def run_tokens(*, run: Run, after: int = -1) -> QuerySet[RunToken]:
+    """The run's token records after position ``after``, in position order."""
+    return RunToken.objects.filter(run=run, position__gt=after).order_by("position")
+
+
+def run_token_dicts(*, run: Run) -> list[dict]:
+    """The token records as the API exports them: the columns plus the full event."""
+    return [
+        {field: getattr(token, field) for field in TOKEN_FIELDS} | {"loops": token.data["loops"]}
+        for token in run_tokens(run=run)
+    ]
+
+
+def run_token_rows(*, run: Run) -> Iterator[list]:
+    """CSV rows: a header, then one row per token with the cumulative exit probability at
+    each loop up to the most any token could use (empty where a loop was not computed)."""
+    depth = max(run.params.get("loops") or run.trained_loops or 0, 1)
+    tokens = list(run_tokens(run=run))
+    depth = max([depth, *(token.loops_computed for token in tokens)])
+    yield [*TOKEN_FIELDS, *(f"cumulative_{t}" for t in range(1, depth + 1))]
+    for token in tokens:
+        cumulative = [loop["cumulative"] for loop in token.data.get("loops", [])]
+        cumulative += [""] * (depth - len(cumulative))
+        yield [*(getattr(token, field) for field in TOKEN_FIELDS), *cumulative]
+
+
+async def arun_get(*, run_id: uuid.UUID | str) -> Run | None:
+    return await Run.objects.filter(pk=run_id).afirst()
+
+
+async def arun_tokens(*, run_id: uuid.UUID | str, after: int, limit: int = 500) -> list[dict]:
+    """Stored token events after position ``after`` (at most ``limit``), in order."""
+    rows = RunToken.objects.filter(run_id=run_id, position__gt=after).order_by("position")
+    return [data async for data in rows.values_list("data", flat=True)[:limit]]
