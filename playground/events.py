@@ -10,7 +10,7 @@ The stream, for a viewer that has nothing yet (or resumes after ``Last-Event-ID`
     event: token
     data: <TokenEvent JSON>
 
-    : ping                     a comment whenever nothing was sent for HEARTBEAT_S
+    : ping                     a comment after PLAYGROUND_SSE_HEARTBEAT_S quiet seconds
 
     event: done                {"status": "done"|"cancelled", "stats": {...}}
     (or event: error           {"status": "failed", "error": "..."}), then the stream closes.
@@ -36,7 +36,6 @@ from playground import selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
 
-HEARTBEAT_S = 10.0
 POLL_S = 0.1  # embedded mode: how often a live viewer looks for new rows
 BATCH = 500
 
@@ -69,6 +68,10 @@ async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once
     return response
+
+
+def _block_ms() -> int:
+    return max(1, int(settings.PLAYGROUND_SSE_HEARTBEAT_S * 1000))
 
 
 def run_payload(run: Run) -> dict:
@@ -109,7 +112,7 @@ class _Relay:
         return sse(event, data)
 
     def ping(self) -> str | None:
-        if time.monotonic() - self.last_sent < HEARTBEAT_S:
+        if time.monotonic() - self.last_sent < settings.PLAYGROUND_SSE_HEARTBEAT_S:
             return None
         self.last_sent = time.monotonic()
         return ": ping\n\n"
@@ -156,7 +159,7 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
     try:
         while True:
             start = streams.after_position_id(relay.after)
-            reply = await client.xread({key: start}, count=BATCH, block=int(HEARTBEAT_S * 1000))
+            reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
             if not reply:  # quiet: a heartbeat, and a look at the run in the database
                 yield ": ping\n\n"
                 relay.last_sent = time.monotonic()

@@ -104,13 +104,15 @@ def run_params_clean(
         check("model", False, f"{name} is not available: {info.problem}")
     elif not errors:
         if loops is not None and info.loops is not None and loops > info.loops:
-            check(
-                "loops",
-                extrapolate,
-                f"{name} was trained with {info.loops} loops; going beyond needs "
-                f"extrapolate (up to {info.max_loops})",
-            )
-            check("loops", loops <= 2 * info.loops, f"at most {info.max_loops} (2 × trained T)")
+            if not extrapolate:
+                check(
+                    "loops",
+                    False,
+                    f"{name} was trained with {info.loops} loops; going beyond needs "
+                    f"extrapolate (up to {info.max_loops})",
+                )
+            else:
+                check("loops", loops <= 2 * info.loops, f"at most {info.max_loops} (2 × T)")
         if info.max_positions is not None:
             count = prompt_token_count(model=info, text=prompt)
             check(

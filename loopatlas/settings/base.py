@@ -227,6 +227,8 @@ PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
 # Soft/hard time limits of one generation (the soft one fails the run with a reason).
 PLAYGROUND_SOFT_TIME_LIMIT_S = env_int("PLAYGROUND_SOFT_TIME_LIMIT_S", 600)
 PLAYGROUND_HARD_TIME_LIMIT_S = env_int("PLAYGROUND_HARD_TIME_LIMIT_S", 660)
+# SSE: a ``: ping`` comment after this many quiet seconds (and a look for a dead worker).
+PLAYGROUND_SSE_HEARTBEAT_S = float(env_str("PLAYGROUND_SSE_HEARTBEAT_S", "10") or 10)
 # How long a finished run's Redis stream is kept (its tokens stay in the database).
 PLAYGROUND_STREAM_TTL_S = env_int("PLAYGROUND_STREAM_TTL_S", 3600)
 # Pause after each generated token (seconds; 0 = none): slows demos and lets tests catch
