@@ -253,6 +253,20 @@ def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     return Claim(run)
 
 
+NUL_SYMBOL = "\u2400"  # ␀: PostgreSQL text and jsonb cannot hold U+0000
+
+
+def event_storable(value: Any) -> Any:
+    """The event as stored and streamed: every NUL in its texts shown as ␀ (U+2400)."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_SYMBOL)
+    if isinstance(value, dict):
+        return {key: event_storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [event_storable(item) for item in value]
+    return value
+
+
 class _Writer:
     """Persists events (batched during the prompt burst) and publishes them in order."""
 
@@ -266,6 +280,7 @@ class _Writer:
     def add(self, event: dict[str, Any]) -> None:
         if event["position"] in self.stored:  # a replay: never stored or streamed twice
             return
+        event = event_storable(event)
         if not self.buffer:
             self.first_buffered = time.monotonic()
         self.buffer.append(event)

@@ -29,10 +29,12 @@ def run_generate(self, run_id: str) -> None:
     services.run_execute(run_id=run_id, worker=worker)
 
 
-@task_failure.connect(sender=run_generate)
+@task_failure.connect
 def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, **kwargs):
     """The task died outside the service's own handling (a killed pool process, the hard
     time limit): the run records the reason instead of staying ``running``."""
+    if getattr(sender, "name", None) != run_generate.name:
+        return
     run_id = (args or [None])[0] or (kwargs.get("kwargs") or {}).get("run_id")
     if run_id:
         services.run_fail(run_id=run_id, reason=f"its worker process was lost: {exception!r}")
