@@ -191,14 +191,13 @@ LOGGING = {
 }
 
 # Celery: Redis is the broker in the full stack. The embedded mode needs no server: its
-# broker is a SQLite file (kombu's SQLAlchemy transport) shared by the web process and the
-# worker that `make run` starts beside it.
+# broker is a SQLite file (kombu's SQLAlchemy transport, workers/broker.py) shared by the
+# web process and the worker that `make run` starts beside it.
 CELERY_BROKER_URL = env_str(
-    "CELERY_BROKER_URL", REDIS_URL or f"sqla+sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+    "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"polling_interval": 0.1} if CELERY_BROKER_URL.startswith("sqla+") else {}
-)
+if CELERY_BROKER_URL.startswith("sqlite:"):
+    CELERY_BROKER_TRANSPORT = "workers.broker:Transport"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}

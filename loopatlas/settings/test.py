@@ -11,8 +11,8 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 SECURE_SSL_REDIRECT = False
 
 # Never publish test runs to a real broker: tests that need a worker start their own.
-CELERY_BROKER_URL = os.environ.get("TEST_CELERY_BROKER_URL", "memory://")
-CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT = None
 # The playground runs the tiny random fixture checkpoint (fast on CPU) by default; the
 # shipped model stays listed (it may be missing in a fresh tree).
 PLAYGROUND_MODELS = {  # noqa: F405
