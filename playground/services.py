@@ -214,8 +214,9 @@ def run_fail_orphans(*, worker: str) -> list[uuid.UUID]:
 
 @dataclass
 class Claim:
-    run: Run | None
+    run: Run | None  # the run to generate; None: skip the message
     reason: str = ""
+    ended: Run | None = None  # a run the claim itself ended, whose end is to publish
 
 
 @transaction.atomic
@@ -231,22 +232,18 @@ def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
         return Claim(None, "no such run")
     if run.finished:
         return Claim(None, f"already {run.status}")
+    now = timezone.now()
     if run.status == Run.Status.RUNNING:
         if not selectors.run_is_stale(run=run) and run.worker != worker:
             return Claim(None, f"running on {run.worker}")
-        transaction.on_commit(
-            lambda: run_fail(
-                run_id=run.id,
-                reason=f"its worker ({run.worker or 'unknown'}) was lost mid-run",
-            )
-        )
-        return Claim(None, "an earlier attempt was lost")
+        run.status, run.finished_at = Run.Status.FAILED, now
+        run.error = f"its worker ({run.worker or 'unknown'}) was lost mid-run"
+        run.save(update_fields=["status", "finished_at", "error"])
+        return Claim(None, "an earlier attempt was lost", ended=run)
     if run.cancel_requested:
-        run.status, run.finished_at = Run.Status.CANCELLED, timezone.now()
+        run.status, run.finished_at = Run.Status.CANCELLED, now
         run.save(update_fields=["status", "finished_at"])
-        transaction.on_commit(lambda: _publish_end(run))
-        return Claim(None, "cancelled before it started")
-    now = timezone.now()
+        return Claim(None, "cancelled before it started", ended=run)
     run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, now, now
     run.worker, run.attempts = worker, run.attempts + 1
     run.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "attempts"])
@@ -361,6 +358,8 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
     claim = run_claim(run_id=run_id, worker=worker)
     if claim.run is None:
         logger.info("run %s skipped: %s", run_id, claim.reason)
+        if claim.ended is not None:
+            _publish_end(claim.ended)
         return None
     run = claim.run
     writer, control = _Writer(run), _Control(run)
