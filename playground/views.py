@@ -88,10 +88,15 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     if run is None:
         raise Http404("No such run.")
     view = run_view(run=run, tokens=list(selectors.run_tokens(run=run)))
-    if request.htmx:
+    if _region_only(request):
         return render(request, f"{TEMPLATE}#run-view", run_context(view))
     form = RunForm(initial=_initial(run))
     return _page(request, form, run=view)
+
+
+def _region_only(request: HttpRequest) -> bool:
+    """An htmx swap, not htmx restoring a page from history (which needs all of it)."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 def _initial(run) -> dict:
@@ -113,7 +118,7 @@ def _initial(run) -> dict:
 
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
-    if request.htmx:  # the prompt page's list, refreshed when a run starts or ends
+    if _region_only(request):  # the prompt page's list, refreshed when a run starts or ends
         context = {"recent_runs": selectors.run_list()[:RECENT_RUNS]}
         return render(request, f"{TEMPLATE}#recent-runs", context)
     context = {"recent_runs": selectors.run_list()[:LISTED_RUNS], "all_runs": True}

@@ -202,10 +202,14 @@ document.addEventListener("change", (event) => {
 });
 
 // The htmx swap that brings a new run also brings its permalink into the address bar.
-document.body.addEventListener("htmx:afterSettle", () => {
-  attach();
-  syncForm();
-});
+// The run region is left out of htmx's history snapshots (hx-history="false"): Back and
+// Forward fetch the page again, and the module attaches to what came back.
+for (const name of ["htmx:afterSettle", "htmx:historyRestore"]) {
+  document.body.addEventListener(name, () => {
+    attach();
+    syncForm();
+  });
+}
 document.body.addEventListener("htmx:beforeRequest", (event) => {
   if (event.target.classList?.contains("stop-form")) {
     current?.status(current.state.status, "stopping…");

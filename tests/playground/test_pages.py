@@ -255,3 +255,12 @@ def test_recent_runs_are_listed_newest_first(client, run_factory) -> None:
     partial = client.get("/playground/runs/", headers={"HX-Request": "true"})
     assert partial.content.decode().lstrip().startswith('<section id="recent-runs"')
     assert "second prompt" in client.get("/playground/runs/").content.decode()
+
+
+def test_htmx_restoring_a_permalink_from_history_gets_the_whole_page(client, run_factory):
+    run = run_factory(status=Run.Status.DONE)
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    page = client.get(run.get_absolute_url(), headers=headers).content.decode()
+    assert page.startswith("<!doctype html>")
+    swap = client.get(run.get_absolute_url(), headers={"HX-Request": "true"}).content.decode()
+    assert swap.lstrip().startswith('<section id="run"')
