@@ -9,9 +9,8 @@ its errors come back onto the fields they name.
 from django import forms
 
 from playground.checkpoints import ModelInfo, model_catalog
+from playground.services import MAX_NEW_TOKENS, MAX_PROMPT_CHARS
 
-PROMPT_MAX_CHARS = 4000
-MAX_NEW_TOKENS = 256
 EXIT_RULES = [
     ("q-exit", "Q-exit (cumulative exit probability ≥ q)"),
     ("convergence", "Convergence (prediction stops changing)"),
@@ -44,7 +43,7 @@ class ModelSelect(forms.Select):
 
 class RunForm(forms.Form):
     prompt = forms.CharField(
-        max_length=PROMPT_MAX_CHARS,
+        max_length=MAX_PROMPT_CHARS,
         strip=False,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
     )

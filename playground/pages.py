@@ -94,6 +94,8 @@ class RunView:
             "status": self.run.status,
             "url": self.url,
             "events_url": self.run.get_events_url(),
+            "api_url": reverse("api:run-detail", kwargs={"id": self.run.id}),
+            "tokens_url": self.tokens_url,
             "stop_url": self.stop_url,
             "loops": self.loops,
             "trained_loops": self.trained_loops,

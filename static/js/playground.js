@@ -96,11 +96,10 @@ class RunFollower {
 
   // Without EventSource: the tokens export and the run, every second.
   async poll() {
-    const base = this.state.url.replace("/playground/runs/", "/api/v1/runs/");
     while (!FINISHED.has(this.state.status) && document.body.contains(this.region)) {
-      const tokens = await fetch(`${base}tokens/`).then((response) => response.json());
-      this.receive(Array.isArray(tokens) ? tokens : (tokens.results ?? []));
-      const run = await fetch(base).then((response) => response.json());
+      const tokens = await fetch(this.state.tokens_url).then((response) => response.json());
+      this.receive(tokens);
+      const run = await fetch(this.state.api_url).then((response) => response.json());
       if (FINISHED.has(run.status)) this.end({ status: run.status, stats: run.stats, error: run.error });
       else await new Promise((resolve) => setTimeout(resolve, 1000));
     }

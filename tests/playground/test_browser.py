@@ -138,7 +138,7 @@ def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(
     # Back returns to the empty prompt page, Forward to the run, drawn again
     page.go_back()
     page.wait_for_url(f"{asgi_server}/playground/")
-    page.locator("#run-form").wait_for()
+    page.get_by_role("heading", name="Output").wait_for()  # the page fetched again
     assert page.locator("#run #tokens .tok").count() == 0
     page.go_forward()
     page.wait_for_function(f"{HEATMAP_COLUMNS} === {len(stored)}")
