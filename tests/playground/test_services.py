@@ -216,7 +216,7 @@ def test_execute_never_stores_a_position_twice(direct_events):
     # given: a queued run some of whose positions are already stored
     run = _submitted(max_new_tokens=6)
     direct = direct_events(PROMPT, **run.params)
-    for event in direct[:5]:
+    for event in map(services.event_storable, direct[:5]):
         RunToken.objects.create(
             run=run,
             position=event["position"],
