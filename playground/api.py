@@ -16,7 +16,7 @@ import io
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ValidationError
@@ -29,6 +29,11 @@ from playground import selectors, services
 from playground.checkpoints import model_catalog
 from playground.models import Run
 from playground.serializers import RunCreateSerializer, RunSerializer
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid parameters; the body names them."),
+    404: OpenApiResponse(description="No such run or page."),
+}
 
 
 class QueueFullError(APIException):
@@ -47,6 +52,10 @@ class TokensCSVRenderer(BaseRenderer):
         return out.getvalue().encode(self.charset)
 
 
+@extend_schema_view(
+    list=extend_schema(responses={200: RunSerializer, **ERRORS}),
+    retrieve=extend_schema(responses={200: RunSerializer, **ERRORS}),
+)
 class RunViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -59,7 +68,9 @@ class RunViewSet(
     serializer_class = RunSerializer
     filter_backends = [StrictFilterBackend]
     lookup_field = "id"
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
+    lookup_value_regex = (
+        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    )
 
     def get_queryset(self) -> QuerySet[Run]:
         return selectors.run_list()
@@ -75,7 +86,7 @@ class RunViewSet(
         request=RunCreateSerializer,
         responses={
             201: RunSerializer,
-            400: OpenApiResponse(description="A parameter is out of range; the body names it."),
+            400: ERRORS[400],
             429: OpenApiResponse(description="Too many runs are queued; try again later."),
         },
     )
@@ -91,7 +102,9 @@ class RunViewSet(
         body = RunSerializer(run).data
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
 
-    @extend_schema(responses={200: OpenApiResponse(description="Token records (JSON or CSV).")})
+    @extend_schema(
+        responses={200: OpenApiResponse(description="Token records (JSON or CSV)."), **ERRORS}
+    )
     @action(
         detail=True,
         methods=["get"],
@@ -108,13 +121,18 @@ class RunViewSet(
             )
         return Response(selectors.run_token_dicts(run=run))
 
-    @extend_schema(request=None, responses={202: RunSerializer})
+    @extend_schema(request=None, responses={202: RunSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, id: str) -> Response:
         run = services.run_cancel(run=self.get_object())
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(responses={200: OpenApiResponse(description="The configured checkpoints.")})
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(description="The configured checkpoints."),
+            400: ERRORS[400],
+        }
+    )
     @action(detail=False, methods=["get"], pagination_class=None)
     def models(self, request: Request) -> Response:
         return Response([model.to_dict() for model in model_catalog()])

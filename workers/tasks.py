@@ -9,6 +9,7 @@ import logging
 import socket
 
 from celery import shared_task
+from celery.exceptions import TimeLimitExceeded
 from celery.signals import task_failure, worker_ready
 from django.conf import settings
 
@@ -36,8 +37,13 @@ def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, *
     if getattr(sender, "name", None) != run_generate.name:
         return
     run_id = (args or [None])[0] or (kwargs.get("kwargs") or {}).get("run_id")
-    if run_id:
-        services.run_fail(run_id=run_id, reason=f"its worker process was lost: {exception!r}")
+    if not run_id:
+        return
+    if isinstance(exception, TimeLimitExceeded):
+        reason = f"it ran past the {settings.PLAYGROUND_HARD_TIME_LIMIT_S} s hard time limit"
+    else:
+        reason = f"its worker process was lost: {exception!r}"
+    services.run_fail(run_id=run_id, reason=reason)
 
 
 @worker_ready.connect

@@ -286,7 +286,7 @@ def test_a_run_cancelled_while_queued_never_starts():
 def test_cancel_stops_the_run_between_generated_tokens():
     # given: cancelled as soon as the third generated token is stored
     run = _submitted(max_new_tokens=64)
-    add = services._Writer.add
+    add = services.TokenWriter.add
 
     def add_then_cancel(writer, event):
         add(writer, event)
@@ -294,7 +294,7 @@ def test_cancel_stops_the_run_between_generated_tokens():
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
 
     # when
-    with mock.patch.object(services._Writer, "add", add_then_cancel):
+    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
         finished = services.run_execute(run_id=run.id, worker="w")
 
     # then
@@ -307,7 +307,7 @@ def test_cancel_stops_the_run_between_generated_tokens():
 def test_a_run_failed_meanwhile_stays_failed():
     # given: the sweep fails the run while its worker is still generating
     run = _submitted(max_new_tokens=32)
-    add = services._Writer.add
+    add = services.TokenWriter.add
 
     def add_then_fail(writer, event):
         add(writer, event)
@@ -315,7 +315,7 @@ def test_a_run_failed_meanwhile_stays_failed():
             services.run_fail(run_id=run.id, reason="swept")
 
     # when
-    with mock.patch.object(services._Writer, "add", add_then_fail):
+    with mock.patch.object(services.TokenWriter, "add", add_then_fail):
         finished = services.run_execute(run_id=run.id, worker="w")
 
     # then

@@ -47,6 +47,22 @@ def test_a_lost_task_process_fails_its_run(run_factory):
     assert run.status == "failed" and "worker process was lost" in run.error
 
 
+def test_the_hard_time_limit_fails_the_run_with_the_reason(run_factory, settings):
+    # given
+    from celery.exceptions import TimeLimitExceeded
+
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+
+    # when
+    tasks._run_generate_failed(
+        sender=tasks.run_generate, exception=TimeLimitExceeded(660), args=[str(run.id)]
+    )
+
+    # then
+    run.refresh_from_db()
+    assert run.status == "failed" and "hard time limit" in run.error
+
+
 def test_other_tasks_failures_are_not_ours(run_factory):
     # given
     run = run_factory(status="running", heartbeat_at=timezone.now())
