@@ -71,9 +71,11 @@ def run_factory(db) -> Callable[..., Run]:
 
 @pytest.fixture(scope="session")
 def tiny_model():
+    """The fixture checkpoint on the device a worker would pick (CUDA when present), so
+    the reference and the worker compute alike."""
     from kernels.checkpoint import load_checkpoint
 
-    return load_checkpoint(TINY, device="cpu")
+    return load_checkpoint(TINY)
 
 
 @pytest.fixture(scope="session")
