@@ -41,8 +41,21 @@ class RunView:
     def short_id(self) -> str:
         return self.id[:8]
 
-    def __getattr__(self, name: str) -> Any:  # prompt, model, status, error, created_at …
-        return getattr(self.run, name)
+    @property
+    def model(self) -> str:
+        return self.run.model
+
+    @property
+    def status(self) -> str:
+        return self.run.status
+
+    @property
+    def error(self) -> str:
+        return self.run.error
+
+    @property
+    def created_at(self):
+        return self.run.created_at
 
     @property
     def finished(self) -> bool:
