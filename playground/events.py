@@ -19,7 +19,8 @@ What is stored comes first, from the database (a late viewer, a permalink replay
 resume), then live events: from the run's Redis stream in the full stack, by polling the
 database in the embedded mode. Positions only increase, so nothing is sent twice and,
 since the worker stores each token before it publishes it, nothing is skipped. The view
-is async (ASGI): a viewer waiting on Redis or sleeping between polls holds no thread.
+is async (ASGI), and its database reads go through ``pooled``: a viewer waiting on Redis
+or sleeping between polls holds no thread and no database connection.
 """
 
 import asyncio
@@ -30,6 +31,7 @@ from collections.abc import AsyncIterator
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
 from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
 
 from playground import selectors, services, streams
@@ -38,6 +40,25 @@ from playground.serializers import RunSerializer
 
 POLL_S = 0.1  # embedded mode: how often a live viewer looks for new rows
 BATCH = 500
+
+
+def pooled(function):
+    """``function`` as a coroutine run in the shared thread pool, closing the database
+    connection it opened.
+
+    Not Django's default (``thread_sensitive``): under ASGI that runs a request's sync
+    code in a thread of its own, so every open stream would keep a thread and a database
+    connection for as long as it lasts. Here a viewer waiting on Redis or between polls
+    holds neither.
+    """
+
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return sync_to_async(call, thread_sensitive=False)
 
 
 def sse(event: str, data: object, id: int | None = None) -> str:
@@ -60,7 +81,7 @@ async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
     after = last_event_id(request)
     if after is None:
         return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
-    run = await selectors.arun_get(run_id=run_id)
+    run = await pooled(selectors.run_get)(run_id=run_id)
     if run is None:
         raise Http404(f"No run with id {run_id}.")
     events = run_event_stream(run=run, after=after)
@@ -100,9 +121,11 @@ class _Relay:
         tokens are in the chunks, since a run is marked finished after its last token)."""
         chunks: list[str] = []
         while True:
-            run = await selectors.arun_get(run_id=self.run.id)
+            run = await pooled(selectors.run_get)(run_id=self.run.id)
             self.run = run or self.run
-            rows = await selectors.arun_tokens(run_id=self.run.id, after=self.after, limit=BATCH)
+            rows = await pooled(selectors.run_events_after)(
+                run_id=self.run.id, after=self.after, limit=BATCH
+            )
             chunks += self.tokens(rows)
             if len(rows) < BATCH:
                 return chunks, self.run.finished
@@ -119,7 +142,7 @@ class _Relay:
 
     async def sweep_if_stale(self) -> None:
         if selectors.run_is_stale(run=self.run):
-            await sync_to_async(services.run_fail_stale)()
+            await pooled(services.run_fail_stale)()
 
 
 async def run_event_stream(*, run: Run, after: int = -1) -> AsyncIterator[str]:

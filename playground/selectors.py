@@ -67,11 +67,7 @@ def run_token_rows(*, run: Run) -> Iterator[list]:
         yield [*(getattr(token, field) for field in TOKEN_FIELDS), *cumulative]
 
 
-async def arun_get(*, run_id: uuid.UUID | str) -> Run | None:
-    return await Run.objects.filter(pk=run_id).afirst()
-
-
-async def arun_tokens(*, run_id: uuid.UUID | str, after: int, limit: int = 500) -> list[dict]:
+def run_events_after(*, run_id: uuid.UUID | str, after: int, limit: int = 500) -> list[dict]:
     """Stored token events after position ``after`` (at most ``limit``), in order."""
     rows = RunToken.objects.filter(run_id=run_id, position__gt=after).order_by("position")
-    return [data async for data in rows.values_list("data", flat=True)[:limit]]
+    return list(rows.values_list("data", flat=True)[:limit])

@@ -1,5 +1,5 @@
-"""The SSE stream of a run, read in-process (the view is async; ``async_to_sync`` runs
-the database calls on the test's own connection)."""
+"""The SSE stream of a run, read in-process. Its database reads run in the shared thread
+pool, on connections of their own, so these tests commit what they write."""
 
 import asyncio
 import json
@@ -16,6 +16,9 @@ from playground.events import run_event_stream
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
 from tests.playground.stack import parse_sse
+
+
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,5 @@
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from playground import selectors
@@ -53,7 +52,7 @@ def test_tokens_after_a_position(run_factory):
 
     # then
     assert [t.position for t in selectors.run_tokens(run=run, after=2)] == [3, 4]
-    stored = async_to_sync(selectors.arun_tokens)(run_id=run.id, after=0, limit=2)
+    stored = selectors.run_events_after(run_id=run.id, after=0, limit=2)
     assert [event["position"] for event in stored] == [1, 2]
 
 
