@@ -73,7 +73,7 @@ def _configure(database_url: str, redis_url: str, model: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
-def _stack(workdir: Path, database_url: str, redis_url: str, model: Path):
+def _stack(workdir: Path, database_url: str, redis_url: str, model: Path, threads: int):
     from tests.playground.stack import Stack
 
     stack = Stack(workdir, database_url=database_url, redis_url=redis_url)
@@ -86,6 +86,8 @@ def _stack(workdir: Path, database_url: str, redis_url: str, model: Path):
             "PLAYGROUND_SSE_HEARTBEAT_S": "10",
             "PLAYGROUND_MAX_QUEUED": "64",
             "PLAYGROUND_STREAM_TTL_S": "60",  # the runs' streams go soon after the benchmark
+            "OMP_NUM_THREADS": str(threads),  # the worker's torch threads, as the baseline's
+            "MKL_NUM_THREADS": str(threads),
         }
     )
     return stack.start()
@@ -150,13 +152,17 @@ def _bare(loaded, body: dict) -> dict[str, float]:
     from kernels.stream import GenerationParams, generate_stream
 
     params = {k: v for k, v in body.items() if k not in ("prompt", "model", "extrapolate")}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     stream = generate_stream(loaded, body["prompt"], GenerationParams(**params))
     first = None
     for _ in stream:
         first = first if first is not None else time.perf_counter() - start
     summary = stream.summary or {}
-    return {"first_token": first, "tokens_per_s": summary["tokens_per_s"]}
+    return {
+        "first_token": first,
+        "tokens_per_s": summary["tokens_per_s"],
+        "cpu_per_token": (time.process_time() - cpu) / max(summary["generated_tokens"], 1),
+    }
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -189,12 +195,17 @@ def measure(stack, loaded, *, rounds: int, tokens: int, viewers: int) -> list[st
                 first[key].append(value)
         bare_first.append(_bare(loaded, short)["first_token"])
 
-    served_tps, bare_tps, intervals = [], [], []
+    served_tps, bare_tps, intervals, served_cpu, bare_cpu = [], [], [], [], []
+    pool = stack.worker_pool_pids()
     for _ in range(rounds):
+        before = _cpu_seconds(pool)
         final, (seen,) = asyncio.run(_serve(base, long, 1))
+        served_cpu.append((_cpu_seconds(pool) - before) / final["stats"]["generated_tokens"])
         served_tps.append(final["stats"]["tokens_per_s"])
         intervals.append(_token_times(seen)["interval"])
-        bare_tps.append(_bare(loaded, long)["tokens_per_s"])
+        bare = _bare(loaded, long)
+        bare_tps.append(bare["tokens_per_s"])
+        bare_cpu.append(bare["cpu_per_token"])
 
     processes = {"web": [stack.web.pid], "worker": [stack.worker.pid, *stack.worker_pool_pids()]}
     cpu_before = {name: _cpu_seconds(pids) for name, pids in processes.items()}
@@ -225,6 +236,9 @@ def measure(stack, loaded, *, rounds: int, tokens: int, viewers: int) -> list[st
         f"2. decode tokens/s, served (worker):   {_median(served_tps):7.1f}   bare engine "
         f"{_median(bare_tps):.1f}   overhead {(_median(bare_tps) / _median(served_tps) - 1):+.1%}"
         " (goal <= +10%)",
+        f"   worker CPU per token:              {_median(served_cpu) * ms:7.2f} ms   bare "
+        f"{_median(bare_cpu) * ms:.2f} ms   overhead "
+        f"{_median(served_cpu) / _median(bare_cpu) - 1:+.1%} (steadier on a shared machine)",
         f"   token interval at the viewer:      {_median(intervals) * ms:7.2f} ms   bare "
         f"{bare_interval * ms:.2f} ms   overhead {_median(intervals) / bare_interval - 1:+.1%}",
         f"3. {viewers} concurrent viewers: {complete}/{viewers} received all {stored} positions "
@@ -246,23 +260,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved repeats")
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per long run")
     parser.add_argument("--viewers", type=int, default=20)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads, in the worker and the baseline"
+    )
     args = parser.parse_args()
     model = args.model.resolve()
     if not (model / "config.json").is_file():
         sys.exit(f"no checkpoint at {model}: train the shipped model or pass --model DIR")
     with own_database(args.server) as url, tempfile.TemporaryDirectory() as workdir:
         _configure(url, args.redis, model)
+        import torch
+
         from kernels.checkpoint import load_checkpoint
 
+        torch.set_num_threads(args.threads)
         loaded = load_checkpoint(model, device="cpu")
-        stack = _stack(Path(workdir), url, args.redis, model)
+        stack = _stack(Path(workdir), url, args.redis, model, args.threads)
         try:
             lines = measure(
                 stack, loaded, rounds=args.rounds, tokens=args.tokens, viewers=args.viewers
             )
         finally:
             stack.stop()
-    print("Playground served on CPU: uvicorn + one warm Celery worker, PostgreSQL, Redis")
+    print(
+        "Playground served on CPU: uvicorn + one warm Celery worker, PostgreSQL, Redis; "
+        f"{args.threads} torch thread(s) in the worker and the baseline"
+    )
     print("\n".join(lines))
 
 
