@@ -125,3 +125,31 @@ def test_stop_cancels_a_running_run(served, page) -> None:
     assert page.locator(GENERATED).count() == len(generated) < 256
     assert page.get_by_role("button", name="Stop").count() == 0
     assert page.errors == []
+
+
+def test_reloading_a_running_run_replays_what_is_stored_and_follows_the_rest(served, page) -> None:
+    # given a run streaming into the page
+    page.goto(f"{served.base}/playground/")
+    page.get_by_role("textbox", name="Prompt").fill("Reload me")
+    page.get_by_label("Max new tokens").fill("160")  # at least 6.4 s: still running at reload
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 3")
+    # when its permalink is reloaded mid-run
+    streams: list[str] = []
+    page.on(
+        "request", lambda request: streams.append(request.url) if "/events" in request.url else None
+    )
+    page.reload()
+    # then it resumes after the stored tokens and ends with each token exactly once
+    page.wait_for_function(
+        "document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
+    )
+    run = _run_of(served, page)
+    stored = served.get(run["tokens_url"]).json()
+    assert any("last_event_id=" in url for url in streams), streams
+    positions = page.evaluate(
+        "[...document.querySelectorAll('#tokens .tok')].map(t => Number(t.dataset.position))"
+    )
+    assert positions == [token["position"] for token in stored]
+    assert page.evaluate(HEATMAP_COLUMNS) == len(stored)
+    assert page.errors == []
