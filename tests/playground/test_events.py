@@ -1,22 +1,22 @@
 """The SSE stream of a run, read in-process. Its database reads run in the shared thread
-pool, on connections of their own, so these tests commit what they write."""
+pool, on connections of their own, so these tests commit what they write; each stream is
+read on an event loop in a thread of its own (the browser tests keep one in this one)."""
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 import redis
-from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient
 from django.utils import timezone
 
 from playground import services, streams
-from playground.events import run_event_stream
+from playground.events import pooled, run_event_stream
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
 from tests.playground.stack import parse_sse
-
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,6 +25,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def embedded(settings):
     settings.REDIS_URL = ""
     settings.PLAYGROUND_SSE_HEARTBEAT_S = 10
+
+
+def run_async(coroutine):
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def parse(chunks: list[str]) -> list[dict]:
@@ -47,7 +52,7 @@ def read(run: Run, after: int = -1, *, stop=None, during=None) -> list[dict]:
             await side
         return chunks
 
-    return parse(async_to_sync(go)())
+    return parse(run_async(go()))
 
 
 def store(run: Run, position: int, phase: str = "generated") -> None:
@@ -106,8 +111,8 @@ def test_a_live_viewer_gets_each_token_once_in_order(run_factory):
     async def worker():
         for position in range(6):
             await asyncio.sleep(0.05)
-            await sync_to_async(store)(run, position)
-        await Run.objects.filter(pk=run.pk).aupdate(status="done")
+            await pooled(store)(run, position)
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
 
     # when
     events = read(run, during=worker)
@@ -154,7 +159,7 @@ def get(path: str, **headers):
         body = [chunk async for chunk in response.streaming_content]
         return response, b"".join(c if isinstance(c, bytes) else c.encode() for c in body)
 
-    return async_to_sync(go)()
+    return run_async(go())
 
 
 def test_the_view_streams_server_sent_events(run_factory):
@@ -219,10 +224,10 @@ def test_live_events_come_from_the_redis_stream_after_the_stored_ones(full_stack
     async def worker():
         await asyncio.sleep(0.1)
         for position in range(3, 6):
-            await sync_to_async(store)(run, position)
+            await pooled(store)(run, position)
             streams.publish_tokens(run_id=run.id, events=[make_event(position)])
-        await Run.objects.filter(pk=run.pk).aupdate(status="done", stats={"x": 1})
-        await sync_to_async(services._publish_end)(await Run.objects.aget(pk=run.pk))
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done", stats={"x": 1})
+        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
 
     # when
     events = read(run, during=worker)
@@ -261,7 +266,7 @@ def test_tokens_stored_but_never_published_are_not_lost(full_stack, run_factory)
 
     async def sweep():
         await asyncio.sleep(0.1)
-        await sync_to_async(services.run_fail)(run_id=run.id, reason="lost")
+        await pooled(services.run_fail)(run_id=run.id, reason="lost")
 
     # when: a viewer that had position 0 already
     events = read(run, after=0, during=sweep)
