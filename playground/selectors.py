@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from playground.models import Run, RunToken
@@ -28,17 +28,25 @@ def run_active_count() -> int:
 
 
 def run_stale_list(*, now=None) -> QuerySet[Run]:
-    """Running runs whose worker has not written a heartbeat for PLAYGROUND_STALE_AFTER_S."""
+    """Runs to give up on: running ones whose worker wrote no heartbeat for
+    PLAYGROUND_STALE_AFTER_S, and queued ones no worker took for PLAYGROUND_QUEUED_TIMEOUT_S."""
     now = now or timezone.now()
-    limit = now - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
-    return Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=limit)
+    beat = now - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    queued = now - timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S)
+    return Run.objects.filter(
+        Q(status=Run.Status.RUNNING, heartbeat_at__lt=beat)
+        | Q(status=Run.Status.QUEUED, created_at__lt=queued)
+    )
 
 
 def run_is_stale(*, run: Run, now=None) -> bool:
-    if run.status != Run.Status.RUNNING or run.heartbeat_at is None:
-        return False
+    """``run_stale_list``'s test for one run already in hand."""
     now = now or timezone.now()
-    return now - run.heartbeat_at > timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    if run.status == Run.Status.RUNNING and run.heartbeat_at is not None:
+        return now - run.heartbeat_at > timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    if run.status == Run.Status.QUEUED:
+        return now - run.created_at > timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S)
+    return False
 
 
 def run_tokens(*, run: Run, after: int = -1) -> QuerySet[RunToken]:

@@ -178,6 +178,11 @@ def run_fail(*, run_id: uuid.UUID | str, reason: str, only_worker: str = "") -> 
     runs = Run.objects.filter(pk=run_id, status__in=Run.ACTIVE)
     if only_worker:
         runs = runs.filter(worker=only_worker)
+    return _fail(runs, run_id=run_id, reason=reason)
+
+
+def _fail(runs, *, run_id: uuid.UUID | str, reason: str) -> bool:
+    """Fail the run if ``runs`` (its conditions, checked in the UPDATE) still holds it."""
     updated = runs.update(status=Run.Status.FAILED, error=reason, finished_at=timezone.now())
     if updated:
         logger.warning("run %s failed: %s", run_id, reason)
@@ -186,14 +191,24 @@ def run_fail(*, run_id: uuid.UUID | str, reason: str, only_worker: str = "") -> 
 
 
 def run_fail_stale(*, now=None) -> list[uuid.UUID]:
-    """Fail every running run whose worker stopped sending heartbeats."""
+    """Fail every running run whose worker stopped sending heartbeats, and every run
+    that no worker took from the queue in time."""
+    now = now or timezone.now()
     failed = []
     for run in selectors.run_stale_list(now=now):
-        reason = (
-            f"the worker running it ({run.worker or 'unknown'}) stopped responding "
-            f"for over {settings.PLAYGROUND_STALE_AFTER_S} s; it was lost mid-run"
-        )
-        if run_fail(run_id=run.id, reason=reason):
+        if run.status == Run.Status.QUEUED:
+            reason = (
+                f"no worker took it within {settings.PLAYGROUND_QUEUED_TIMEOUT_S} s "
+                "(is a worker running on queue gpu?)"
+            )
+        else:
+            reason = (
+                f"the worker running it ({run.worker or 'unknown'}) stopped responding "
+                f"for over {settings.PLAYGROUND_STALE_AFTER_S} s; it was lost mid-run"
+            )
+        # The same conditions again in the UPDATE: a run claimed or beating meanwhile stays.
+        still_stale = selectors.run_stale_list(now=now).filter(pk=run.pk, status=run.status)
+        if _fail(still_stale, run_id=run.id, reason=reason):
             failed.append(run.id)
     return failed
 

@@ -223,6 +223,9 @@ PLAYGROUND_MODELS = _playground_models(env_str("PLAYGROUND_MODELS"))
 PLAYGROUND_MAX_QUEUED = env_int("PLAYGROUND_MAX_QUEUED", 8)
 # A running run whose worker has not written a heartbeat for this long is marked failed.
 PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
+# A queued run no worker has taken for this long is failed (no worker on queue gpu?), so
+# the queue never stays full of runs nobody will run.
+PLAYGROUND_QUEUED_TIMEOUT_S = env_int("PLAYGROUND_QUEUED_TIMEOUT_S", 900)
 # Soft/hard time limits of one generation (the soft one fails the run with a reason).
 PLAYGROUND_SOFT_TIME_LIMIT_S = env_int("PLAYGROUND_SOFT_TIME_LIMIT_S", 600)
 PLAYGROUND_HARD_TIME_LIMIT_S = env_int("PLAYGROUND_HARD_TIME_LIMIT_S", 660)

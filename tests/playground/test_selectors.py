@@ -46,6 +46,17 @@ def test_a_running_run_is_stale_once_its_heartbeat_is_old(run_factory, settings)
     assert not selectors.run_is_stale(run=finished, now=now)
 
 
+def test_a_queued_run_is_stale_once_it_has_waited_too_long(run_factory, settings):
+    # given
+    later = timezone.now() + timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    queued = run_factory()
+
+    # then
+    assert list(selectors.run_stale_list(now=later)) == [queued]
+    assert selectors.run_is_stale(run=queued, now=later)
+    assert not selectors.run_is_stale(run=queued)
+
+
 def test_tokens_after_a_position(run_factory):
     # given
     run = run_factory(tokens=5)

@@ -386,6 +386,24 @@ def test_stale_running_runs_are_failed_with_the_reason(settings, run_factory):
     assert fresh.status == "running"
 
 
+def test_a_run_no_worker_takes_is_failed_once_it_has_waited_too_long(settings, run_factory):
+    # given
+    old = run_factory()
+    Run.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    )
+    recent = run_factory()
+
+    # when
+    failed = services.run_fail_stale()
+
+    # then
+    old.refresh_from_db(), recent.refresh_from_db()
+    assert failed == [old.id]
+    assert old.status == "failed" and "no worker took it" in old.error
+    assert recent.status == "queued"
+
+
 def test_a_restarted_worker_fails_the_runs_its_earlier_process_left(run_factory):
     # given
     mine = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
