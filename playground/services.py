@@ -303,7 +303,10 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
     except Exception as exc:  # the run records why it failed; the worker goes on
         if not isinstance(exc, ValueError | ModelUnavailable):
             logger.exception("run %s failed", run.id)
-        writer.flush()
+        try:
+            writer.flush()  # what was generated before the failure stays viewable
+        except Exception:
+            logger.exception("run %s: could not store its last tokens", run.id)
         _finish_failed(run, exc, writer.last_position)
         return run
     return _finish(run, stream.summary or {}, control.stop_reason, writer.last_position)

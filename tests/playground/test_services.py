@@ -351,6 +351,21 @@ def test_an_engine_error_fails_the_run_with_the_reason():
 
 
 @pytest.mark.django_db
+def test_a_run_whose_tokens_cannot_be_stored_still_ends_failed():
+    # given
+    run = _submitted()
+
+    # when
+    with mock.patch.object(
+        services.TokenWriter, "flush", side_effect=RuntimeError("database is down")
+    ):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed" and "database is down" in finished.error
+
+
+@pytest.mark.django_db
 def test_the_soft_time_limit_fails_the_run_with_the_reason(settings):
     # given
     from celery.exceptions import SoftTimeLimitExceeded
