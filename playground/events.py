@@ -25,6 +25,7 @@ or sleeping between polls holds no thread and no database connection.
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -37,6 +38,8 @@ from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingH
 from playground import selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
+
+logger = logging.getLogger(__name__)
 
 POLL_S = 0.1  # embedded mode: how often a live viewer looks for new rows
 BATCH = 500
@@ -169,7 +172,12 @@ async def _from_database(relay: _Relay) -> AsyncIterator[str]:
 
 
 async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
+    """Live events from the run's Redis stream, after what the database holds. The
+    database stays the reference: a position missing from the stream (a publish that
+    failed) is read from it before anything later is sent, and when Redis cannot be
+    reached the viewer goes on by polling the database."""
     import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
 
     chunks, finished = await relay.stored()
     for chunk in chunks:
@@ -182,7 +190,13 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
     try:
         while True:
             start = streams.after_position_id(relay.after)
-            reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
+            try:
+                reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
+            except RedisError:
+                logger.warning("run %s: Redis unreachable, polling the database", relay.run.id)
+                async for chunk in _from_database(relay):
+                    yield chunk
+                return
             if not reply:  # quiet: a heartbeat, and a look at the run in the database
                 yield ": ping\n\n"
                 relay.last_sent = time.monotonic()
@@ -197,6 +211,10 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
             for _entry_id, fields in reply[0][1]:
                 kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
                 if kind == "token":
+                    if data["position"] > relay.after + 1:  # a gap: fill it from the store
+                        chunks, _ = await relay.stored()
+                        for chunk in chunks:
+                            yield chunk
                     for chunk in relay.tokens([data]):
                         yield chunk
                     continue

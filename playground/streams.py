@@ -18,10 +18,13 @@ database instead.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 KEY = "playground:run:{}"
 
@@ -69,7 +72,7 @@ def publish_tokens(*, run_id: object, events: Iterable[dict[str, Any]]) -> None:
         fields = {"event": "token", "data": json.dumps(event)}
         pipe.xadd(key, fields, id=token_entry_id(event["position"]))
     pipe.expire(key, settings.PLAYGROUND_STREAM_TTL_S)
-    pipe.execute(raise_on_error=False)  # an id already there: a replayed event
+    _execute(pipe)
 
 
 def publish_end(*, run_id: object, last_position: int, event: str, data: dict) -> None:
@@ -81,7 +84,19 @@ def publish_end(*, run_id: object, last_position: int, event: str, data: dict) -
     fields = {"event": event, "data": json.dumps(data)}
     pipe.xadd(key, fields, id=end_entry_id(last_position))
     pipe.expire(key, settings.PLAYGROUND_STREAM_TTL_S)
-    pipe.execute(raise_on_error=False)
+    _execute(pipe)
+
+
+def _execute(pipe) -> None:
+    """Send the pipeline. An id already in the stream (a replayed event) is no error, and
+    an unreachable Redis only costs liveness: the database holds every event, and
+    viewers read the positions the stream lacks from it."""
+    import redis
+
+    try:
+        pipe.execute(raise_on_error=False)
+    except redis.exceptions.RedisError as exc:
+        logger.warning("could not publish to the run stream: %s", exc)
 
 
 def stream_reset_client() -> None:

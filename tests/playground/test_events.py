@@ -274,3 +274,60 @@ def test_tokens_stored_but_never_published_are_not_lost(full_stack, run_factory)
     # then
     assert [e.get("id") for e in events if e.get("event") == "token"] == ["1", "2"]
     assert events[-1] == {"event": "error", "data": {"status": "failed", "error": "lost"}}
+
+
+@pytest.mark.services
+def test_a_position_missing_from_the_stream_is_read_from_the_store(full_stack, run_factory):
+    # given: the viewer has what was stored; then position 2's publish is lost
+    run = run_factory(tokens=2, status="running", heartbeat_at=timezone.now())
+
+    async def worker():
+        await asyncio.sleep(0.2)
+        await pooled(store)(run, 2)
+        await pooled(store)(run, 3)
+        streams.publish_tokens(run_id=run.id, events=[make_event(3)])
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
+        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == list("0123")
+    assert events[-1]["event"] == "done"
+
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+def test_viewers_poll_the_database_when_redis_is_unreachable(run_factory, settings):
+    # given
+    settings.REDIS_URL = UNREACHABLE
+    streams.stream_reset_client()
+    run = run_factory(tokens=1, status="running", heartbeat_at=timezone.now())
+
+    async def worker():
+        await asyncio.sleep(0.2)
+        await pooled(store)(run, 1)
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == ["0", "1"]
+    assert events[-1]["event"] == "done"
+
+
+def test_publishing_to_an_unreachable_redis_is_not_an_error(settings, run_factory):
+    # given
+    settings.REDIS_URL = UNREACHABLE
+    streams.stream_reset_client()
+    run = run_factory()
+
+    # when
+    streams.publish_tokens(run_id=run.id, events=[make_event(0)])
+    streams.publish_end(run_id=run.id, last_position=0, event="done", data={})
+
+    # then: nothing raised
+    streams.stream_reset_client()
