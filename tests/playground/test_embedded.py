@@ -1,6 +1,8 @@
 """The embedded mode end to end, as ``make run`` starts it: no Redis, a SQLite database,
 the worker beside the web server with a SQLite broker file, events through the database."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.playground.conftest import PROMPT
@@ -39,6 +41,20 @@ def test_prompt_streams_to_done_and_matches_the_engine(embedded, direct_events):
     assert end["event"] == "done" and end["data"]["status"] == "done"
     stored = embedded.get(run["tokens_url"]).json()
     assert token_view(streamed) == token_view(stored) == token_view(direct_events(PROMPT, **params))
+
+
+def test_many_viewers_of_one_run_each_get_every_event(embedded):
+    # given
+    run = embedded.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=16)
+
+    # when
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: read_run(embedded, run), range(10)))
+
+    # then
+    stored = token_view(embedded.get(run["tokens_url"]).json())
+    assert all(token_view(tokens) == stored for _, tokens, _ in results)
+    assert all(end["event"] == "done" for _, _, end in results)
 
 
 def test_resuming_with_last_event_id_loses_and_repeats_nothing(embedded):

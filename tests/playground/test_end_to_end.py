@@ -3,6 +3,7 @@ suite's database (PostgreSQL when DATABASE_URL names it, else a SQLite file the 
 processes share). A prompt goes in through the API and comes back over SSE."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -70,6 +71,21 @@ def test_a_late_viewer_gets_the_whole_run_from_the_store(live):
     # then
     assert replayed == live_tokens
     assert end["event"] == "done"
+
+
+def test_many_viewers_of_one_run_each_get_every_event(live):
+    # given
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=24)
+
+    # when: ten viewers at once, each on its own connection
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: read_run(live, run), range(10)))
+
+    # then
+    stored = token_view(live.get(run["tokens_url"]).json())
+    for _, tokens, end in results:
+        assert end["event"] == "done"
+        assert token_view(tokens) == stored
 
 
 def test_resuming_with_last_event_id_loses_and_repeats_nothing(live):
