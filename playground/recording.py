@@ -1,7 +1,14 @@
 """How a worker records a run as it generates: events stored and published in order
-(batched during the prompt burst, never a position twice), and between tokens a
-heartbeat and the stop check. Used by ``services.run_execute``."""
+(never a position twice), and between tokens a heartbeat and the stop check. Used by
+``services.run_execute``.
 
+Per-token costs are bounded by time, not paid per token: events are written and
+published in batches at most FLUSH_EVERY_S apart (a model slower than that gets each
+token out at once; a fast one, or the prompt burst, gets one INSERT and one Redis round
+trip per batch), and the database is asked about Stop at most every STOP_CHECK_EVERY_S.
+"""
+
+import json
 import time
 from typing import Any
 
@@ -12,8 +19,9 @@ from playground import streams
 from playground.models import Run, RunToken
 
 HEARTBEAT_EVERY_S = 1.0
-FLUSH_EVERY_S = 0.05  # prompt events are written in batches at most this old
+FLUSH_EVERY_S = 0.025
 FLUSH_MAX = 64
+STOP_CHECK_EVERY_S = 0.05
 
 NUL_SYMBOL = "\u2400"  # ␀: PostgreSQL text and jsonb cannot hold U+0000
 
@@ -30,30 +38,28 @@ def event_storable(value: Any) -> Any:
 
 
 class TokenWriter:
-    """Persists events (batched during the prompt burst) and publishes them in order."""
+    """Stores events and publishes them, in position order, in time-bounded batches."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
         self.stored = set(RunToken.objects.filter(run=run).values_list("position", flat=True))
-        self.buffer: list[dict[str, Any]] = []
-        self.first_buffered = 0.0
+        self.buffer: list[tuple[dict[str, Any], str]] = []  # (event, its JSON)
+        self.last_flush = 0.0
         self.last_position = max(self.stored, default=-1)
 
     def add(self, event: dict[str, Any]) -> None:
         if event["position"] in self.stored:  # a replay: never stored or streamed twice
             return
-        event = event_storable(event)
-        if not self.buffer:
-            self.first_buffered = time.monotonic()
-        self.buffer.append(event)
-        if (
-            event["phase"] == RunToken.Phase.GENERATED
-            or len(self.buffer) >= FLUSH_MAX
-            or time.monotonic() - self.first_buffered >= FLUSH_EVERY_S
-        ):
+        payload = json.dumps(event)
+        if "\\u0000" in payload:
+            event = event_storable(event)
+            payload = json.dumps(event)
+        self.buffer.append((event, payload))
+        if len(self.buffer) >= FLUSH_MAX or time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
             self.flush()
 
     def flush(self) -> None:
+        self.last_flush = time.monotonic()
         if not self.buffer:
             return
         RunToken.objects.bulk_create(
@@ -68,12 +74,14 @@ class TokenWriter:
                     loops_computed=event["loops_computed"],
                     data=event,
                 )
-                for event in self.buffer
+                for event, _ in self.buffer
             ]
         )
-        streams.publish_tokens(run_id=self.run.id, events=self.buffer)
-        self.stored.update(event["position"] for event in self.buffer)
-        self.last_position = max(self.last_position, self.buffer[-1]["position"])
+        streams.publish_encoded(
+            run_id=self.run.id, entries=[(event["position"], data) for event, data in self.buffer]
+        )
+        self.stored.update(event["position"] for event, _ in self.buffer)
+        self.last_position = max(self.last_position, self.buffer[-1][0]["position"])
         self.buffer = []
 
 
@@ -81,13 +89,16 @@ class RunControl:
     """Between tokens: heartbeat (at most every HEARTBEAT_EVERY_S) and the stop check."""
 
     def __init__(self, run: Run) -> None:
-        self.run_id, self.last_beat = run.id, time.monotonic()
+        self.run_id, self.last_beat, self.last_check = run.id, time.monotonic(), 0.0
         self.stop_reason = ""
 
     def should_stop(self) -> bool:
         if settings.PLAYGROUND_TOKEN_DELAY_S:
             time.sleep(settings.PLAYGROUND_TOKEN_DELAY_S)
         self.beat()
+        if time.monotonic() - self.last_check < STOP_CHECK_EVERY_S:
+            return False
+        self.last_check = time.monotonic()
         state = Run.objects.filter(pk=self.run_id).values_list("status", "cancel_requested")
         status, cancel = state.first() or (Run.Status.FAILED, False)
         if status != Run.Status.RUNNING:

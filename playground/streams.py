@@ -64,13 +64,19 @@ def publishing() -> bool:
 
 def publish_tokens(*, run_id: object, events: Iterable[dict[str, Any]]) -> None:
     """Add token events (in position order) to the run's stream; already there is a no-op."""
+    publish_encoded(
+        run_id=run_id, entries=[(event["position"], json.dumps(event)) for event in events]
+    )
+
+
+def publish_encoded(*, run_id: object, entries: Iterable[tuple[int, str]]) -> None:
+    """``publish_tokens`` for events already encoded: (position, JSON) pairs."""
     if not publishing():
         return
     key = stream_key(run_id)
     pipe = _redis().pipeline(transaction=False)
-    for event in events:
-        fields = {"event": "token", "data": json.dumps(event)}
-        pipe.xadd(key, fields, id=token_entry_id(event["position"]))
+    for position, data in entries:
+        pipe.xadd(key, {"event": "token", "data": data}, id=token_entry_id(position))
     pipe.expire(key, settings.PLAYGROUND_STREAM_TTL_S)
     _execute(pipe)
 

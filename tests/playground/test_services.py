@@ -5,7 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from playground import services
+from playground import recording, services
 from playground.models import Run, RunToken
 from tests.playground.conftest import PROMPT
 from tests.playground.stack import token_view
@@ -282,8 +282,13 @@ def test_a_run_cancelled_while_queued_never_starts():
     assert run.status == "cancelled" and not run.tokens.exists()
 
 
+@pytest.fixture
+def stop_checked_every_token(monkeypatch):
+    monkeypatch.setattr(recording, "STOP_CHECK_EVERY_S", 0)
+
+
 @pytest.mark.django_db
-def test_cancel_stops_the_run_between_generated_tokens():
+def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token):
     # given: cancelled as soon as the third generated token is stored
     run = _submitted(max_new_tokens=64)
     add = services.TokenWriter.add
@@ -304,7 +309,7 @@ def test_cancel_stops_the_run_between_generated_tokens():
 
 
 @pytest.mark.django_db
-def test_a_run_failed_meanwhile_stays_failed():
+def test_a_run_failed_meanwhile_stays_failed(stop_checked_every_token):
     # given: the sweep fails the run while its worker is still generating
     run = _submitted(max_new_tokens=32)
     add = services.TokenWriter.add
@@ -348,6 +353,26 @@ def test_an_engine_error_fails_the_run_with_the_reason():
     # then
     assert finished.status == "failed"
     assert finished.error == "the worker hit an error: RuntimeError: CUDA OOM"
+
+
+@pytest.mark.django_db
+def test_cancel_is_checked_at_most_every_few_tens_of_milliseconds():
+    # given: a cancel requested before the first generated token
+    run = _submitted(max_new_tokens=64)
+    add = services.TokenWriter.add
+
+    def add_then_cancel(writer, event):
+        add(writer, event)
+        if event["position"] == len(PROMPT) - 1:
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+
+    # when
+    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then: the first check, after the first generated token, stops it
+    assert finished.status == "cancelled"
+    assert run.tokens.filter(phase="generated").count() == 1
 
 
 @pytest.mark.django_db
