@@ -124,11 +124,10 @@ class _Relay:
         tokens are in the chunks, since a run is marked finished after its last token)."""
         chunks: list[str] = []
         while True:
-            run = await pooled(selectors.run_get)(run_id=self.run.id)
-            self.run = run or self.run
-            rows = await pooled(selectors.run_events_after)(
+            run, rows = await pooled(selectors.run_progress)(
                 run_id=self.run.id, after=self.after, limit=BATCH
             )
+            self.run = run or self.run
             chunks += self.tokens(rows)
             if len(rows) < BATCH:
                 return chunks, self.run.finished

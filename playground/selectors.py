@@ -79,3 +79,12 @@ def run_events_after(*, run_id: uuid.UUID | str, after: int, limit: int = 500) -
     """Stored token events after position ``after`` (at most ``limit``), in order."""
     rows = RunToken.objects.filter(run_id=run_id, position__gt=after).order_by("position")
     return list(rows.values_list("data", flat=True)[:limit])
+
+
+def run_progress(
+    *, run_id: uuid.UUID | str, after: int, limit: int = 500
+) -> tuple[Run | None, list[dict]]:
+    """The run, then its stored events after ``after``, read in that order: when the run
+    reads as finished, every one of its events is in the list (up to ``limit``)."""
+    run = run_get(run_id=run_id)
+    return run, run_events_after(run_id=run_id, after=after, limit=limit)

@@ -6,8 +6,22 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db.backends.signals import connection_created
 
 from playground.models import Run, RunToken
+
+
+def _read_uncommitted(sender, connection, **kwargs) -> None:
+    """The suite's in-memory SQLite database is shared between threads in shared-cache
+    mode, where a reader meeting a writer's table lock fails at once ("database table is
+    locked") instead of waiting. The SSE tests read on pooled threads while a simulated
+    worker writes, so readers here take no table locks (a file database, as deployed,
+    waits on its busy timeout instead)."""
+    if connection.vendor == "sqlite" and connection.is_in_memory_db():
+        connection.connection.execute("PRAGMA read_uncommitted = 1")
+
+
+connection_created.connect(_read_uncommitted)
 
 TINY = Path(settings.BASE_DIR) / "tests" / "kernels" / "fixtures" / "ouro-tiny"
 PROMPT = "def add(a, b):"

@@ -67,6 +67,17 @@ def test_tokens_after_a_position(run_factory):
     assert [event["position"] for event in stored] == [1, 2]
 
 
+def test_progress_is_the_run_and_its_events_after_a_position(run_factory):
+    # given
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    found, events = selectors.run_progress(run_id=run.id, after=0)
+
+    # then
+    assert found == run and [event["position"] for event in events] == [1, 2]
+
+
 def test_csv_rows_have_a_cumulative_column_per_loop_of_the_run(run_factory):
     # given: 6 loops asked for (extrapolating), tokens that computed 2
     run = run_factory(tokens=1, params={"loops": 6})
