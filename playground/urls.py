@@ -1,4 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from playground import events, views
 
 app_name = "playground"
-urlpatterns: list = []
+urlpatterns = [
+    path("playground/", views.index, name="index"),
+    path("playground/runs/", views.run_list, name="runs"),
+    path("playground/runs/<uuid:run_id>/", views.run_detail, name="run"),
+    path("playground/runs/<uuid:run_id>/stop/", views.run_stop, name="run-stop"),
+    path("runs/<uuid:run_id>/events", events.run_events, name="run-events"),
+]

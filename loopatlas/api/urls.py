@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from atlas.api import views as atlas_api
+from playground import api as playground_api
 
 app_name = "api"
 
@@ -19,6 +20,7 @@ router.register("timeline", atlas_api.TimelineViewSet, basename="timeline")
 router.register("compare", atlas_api.CompareViewSet, basename="compare")
 router.register("export", atlas_api.ExportViewSet, basename="export")
 router.register("suggestions", atlas_api.SuggestionViewSet, basename="suggestion")
+router.register("runs", playground_api.RunViewSet, basename="run")
 
 urlpatterns = [
     path("v1/", include(router.urls)),

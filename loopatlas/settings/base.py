@@ -6,7 +6,11 @@ Variables (all optional on the embedded default):
     ALLOWED_HOSTS  comma-separated host names (default: localhost only).
     DATABASE_URL   e.g. postgres://user@host:5432/db (default: SQLite file var/db.sqlite3).
     REDIS_URL      e.g. redis://127.0.0.1:6379/0: Celery broker, run streams and cache.
-                   Unset means the embedded mode: no Redis anywhere.
+                   Unset means the embedded mode: no Redis anywhere (the broker is a
+                   SQLite file under var/, and run events flow through the database).
+    PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
+                           shipped ``pydoc-loop`` comes first (the default) unless renamed.
+    PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
 """
 
 from pathlib import Path
@@ -85,6 +89,14 @@ DATABASES = {
     )
 }
 USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web process reads while the embedded worker writes: WAL lets readers go on
+    # during a write, and IMMEDIATE transactions wait for the lock instead of failing.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
 if USING_POSTGRES:
     INSTALLED_APPS.append("django.contrib.postgres")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -178,6 +190,49 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
-# Celery: Redis is the broker in the full stack; the embedded mode needs no Redis.
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Celery: Redis is the broker in the full stack. The embedded mode needs no server: its
+# broker is a SQLite file (kombu's SQLAlchemy transport, workers/broker.py) shared by the
+# web process and the worker that `make run` starts beside it.
+CELERY_BROKER_URL = env_str(
+    "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+)
+if CELERY_BROKER_URL.startswith("sqlite:"):
+    CELERY_BROKER_TRANSPORT = "workers.broker:Transport"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}
+# Generations are long: a worker takes one at a time and acknowledges it only once done.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_SEND_TASK_EVENTS = False
+
+
+def _playground_models(raw: str) -> dict[str, Path]:
+    models = {"pydoc-loop": BASE_DIR / "kernels" / "models" / "pydoc-loop"}
+    for pair in filter(None, (item.strip() for item in raw.split(","))):
+        name, sep, path = pair.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ImproperlyConfigured(f"PLAYGROUND_MODELS: {pair!r} is not name=path")
+        models[name.strip()] = Path(path.strip()).expanduser()
+    return models
+
+
+# Playground: checkpoints by name (the first is the default). A missing directory is
+# listed as unavailable and refused at submit; it never breaks startup.
+PLAYGROUND_MODELS = _playground_models(env_str("PLAYGROUND_MODELS"))
+PLAYGROUND_MAX_QUEUED = env_int("PLAYGROUND_MAX_QUEUED", 8)
+# A running run whose worker has not written a heartbeat for this long is marked failed.
+PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
+# A queued run no worker has taken for this long is failed (no worker on queue gpu?), so
+# the queue never stays full of runs nobody will run.
+PLAYGROUND_QUEUED_TIMEOUT_S = env_int("PLAYGROUND_QUEUED_TIMEOUT_S", 900)
+# Soft/hard time limits of one generation (the soft one fails the run with a reason).
+PLAYGROUND_SOFT_TIME_LIMIT_S = env_int("PLAYGROUND_SOFT_TIME_LIMIT_S", 600)
+PLAYGROUND_HARD_TIME_LIMIT_S = env_int("PLAYGROUND_HARD_TIME_LIMIT_S", 660)
+# SSE: a ``: ping`` comment after this many quiet seconds (and a look for a dead worker).
+PLAYGROUND_SSE_HEARTBEAT_S = float(env_str("PLAYGROUND_SSE_HEARTBEAT_S", "10") or 10)
+# How long a finished run's Redis stream is kept (its tokens stay in the database).
+PLAYGROUND_STREAM_TTL_S = env_int("PLAYGROUND_STREAM_TTL_S", 3600)
+# Pause after each generated token (seconds; 0 = none): slows demos and lets tests catch
+# a run mid-flight.
+PLAYGROUND_TOKEN_DELAY_S = float(env_str("PLAYGROUND_TOKEN_DELAY_S", "0") or 0)

@@ -1,0 +1,138 @@
+"""The runs API (v1), registered as ``runs`` in ``loopatlas/api/urls.py``.
+
+- ``POST /api/v1/runs/``: submit (201 with the run; 400 naming the field; 429 when
+  ``PLAYGROUND_MAX_QUEUED`` runs are queued or running).
+- ``GET /api/v1/runs/`` (recent first, paginated) and ``GET /api/v1/runs/<id>/``.
+- ``GET /api/v1/runs/<id>/tokens/``: the token records as JSON, or CSV with
+  ``?format=csv`` / ``Accept: text/csv`` (one row per token, cumulative per loop).
+- ``POST /api/v1/runs/<id>/cancel/``: 202; the run stops between tokens, ``cancelled``.
+- ``GET /api/v1/runs/models/``: the configured checkpoints (T, availability).
+
+The live events are not here but at ``/runs/<id>/events`` (``playground.events``).
+"""
+
+import csv
+import io
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from loopatlas.api.conventions import StrictFilterBackend
+from playground import selectors, services
+from playground.checkpoints import model_catalog
+from playground.models import Run
+from playground.serializers import RunCreateSerializer, RunSerializer
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid parameters; the body names them."),
+    404: OpenApiResponse(description="No such run or page."),
+}
+
+
+class QueueFullError(APIException):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "queue_full"
+
+
+class TokensCSVRenderer(BaseRenderer):
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(data)
+        return out.getvalue().encode(self.charset)
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: RunSerializer, **ERRORS}),
+    retrieve=extend_schema(responses={200: RunSerializer, **ERRORS}),
+)
+class RunViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Playground runs: submit, read, export tokens, cancel."""
+
+    queryset = Run.objects.none()
+    serializer_class = RunSerializer
+    filter_backends = [StrictFilterBackend]
+    lookup_field = "id"
+    lookup_value_regex = (
+        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    )
+
+    def get_queryset(self) -> QuerySet[Run]:
+        return selectors.run_list()
+
+    def get_object(self) -> Run:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        run = selectors.run_get(run_id=self.kwargs["id"])
+        if run is None:
+            raise NotFound(f"No run with id {self.kwargs['id']}.")
+        return run
+
+    @extend_schema(
+        request=RunCreateSerializer,
+        responses={
+            201: RunSerializer,
+            400: ERRORS[400],
+            429: OpenApiResponse(description="Too many runs are queued; try again later."),
+        },
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        form = RunCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            run = services.run_submit(**form.validated_data)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from exc
+        except services.QueueFull as exc:
+            raise QueueFullError(str(exc)) from exc
+        body = RunSerializer(run).data
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
+
+    @extend_schema(
+        responses={200: OpenApiResponse(description="Token records (JSON or CSV)."), **ERRORS}
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        renderer_classes=[JSONRenderer, TokensCSVRenderer],
+        pagination_class=None,
+    )
+    def tokens(self, request: Request, id: str) -> Response:
+        run = self.get_object()
+        if request.accepted_renderer.format == "csv":
+            filename = f"run-{run.id}-tokens.csv"
+            return Response(
+                list(selectors.run_token_rows(run=run)),
+                headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+            )
+        return Response(selectors.run_token_dicts(run=run))
+
+    @extend_schema(request=None, responses={202: RunSerializer, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, id: str) -> Response:
+        run = services.run_cancel(run=self.get_object())
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(description="The configured checkpoints."),
+            400: ERRORS[400],
+        }
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def models(self, request: Request) -> Response:
+        return Response([model.to_dict() for model in model_catalog()])

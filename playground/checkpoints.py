@@ -1,0 +1,91 @@
+"""The configured checkpoints (``PLAYGROUND_MODELS``), described without loading them.
+
+The web process reads only ``config.json`` (and ``tokenizer.json`` to count prompt
+tokens), so it never imports torch; the workers load the weights (``workers.resident``).
+A configured directory that is missing or unreadable is listed as unavailable with the
+reason, and a submit naming it is refused; it never breaks a page or startup.
+"""
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    path: Path
+    loops: int | None = None  # the trained T (total_ut_steps)
+    max_positions: int | None = None
+    problem: str = ""  # why it cannot run; empty when available
+
+    @property
+    def available(self) -> bool:
+        return not self.problem
+
+    @property
+    def max_loops(self) -> int | None:
+        """The most loops a run may ask for with ``extrapolate`` (2·T)."""
+        return None if self.loops is None else 2 * self.loops
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "available": self.available,
+            "loops": self.loops,
+            "max_loops": self.max_loops,
+            "max_positions": self.max_positions,
+            "problem": self.problem,
+        }
+
+
+def model_catalog() -> list[ModelInfo]:
+    """Every configured checkpoint, the default (first) one first."""
+    return [_describe(name, Path(path)) for name, path in settings.PLAYGROUND_MODELS.items()]
+
+
+def model_get(*, name: str) -> ModelInfo | None:
+    path = settings.PLAYGROUND_MODELS.get(name)
+    return None if path is None else _describe(name, Path(path))
+
+
+def default_model_name() -> str:
+    return next(iter(settings.PLAYGROUND_MODELS), "")
+
+
+def _describe(name: str, path: Path) -> ModelInfo:
+    config_file = path / "config.json"
+    try:
+        stamp = config_file.stat().st_mtime_ns
+    except OSError:
+        return ModelInfo(name, path, problem=f"the checkpoint directory {path} is missing")
+    try:
+        loops, positions = _read_config(str(config_file), stamp)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return ModelInfo(name, path, problem=f"{config_file} is not a usable config: {exc}")
+    return ModelInfo(name, path, loops=loops, max_positions=positions)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_config(config_file: str, stamp: int) -> tuple[int, int]:
+    values = json.loads(Path(config_file).read_text())
+    return int(values["total_ut_steps"]), int(values["max_position_embeddings"])
+
+
+def prompt_token_count(*, model: ModelInfo, text: str) -> int:
+    """How many tokens the worker's tokenizer makes of ``text`` (as the engine encodes it)."""
+    tokenizer_file = model.path / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        return len(text.encode("utf-8"))  # kernels.checkpoint.ByteTokenizer
+    tokenizer = _tokenizer(str(tokenizer_file), tokenizer_file.stat().st_mtime_ns)
+    return len(tokenizer.encode(text).ids)
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(tokenizer_file: str, stamp: int):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(tokenizer_file)

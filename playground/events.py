@@ -1,0 +1,228 @@
+"""``GET /runs/<id>/events``: a run's events as server-sent events.
+
+The stream, for a viewer that has nothing yet (or resumes after ``Last-Event-ID`` /
+``?last_event_id=``, a position):
+
+    event: run                 the run as the API shows it (status, params, trained_loops)
+    data: {...}
+
+    id: <position>             one per position after the resume point, in order
+    event: token
+    data: <TokenEvent JSON>
+
+    : ping                     a comment after PLAYGROUND_SSE_HEARTBEAT_S quiet seconds
+
+    event: done                {"status": "done"|"cancelled", "stats": {...}}
+    (or event: error           {"status": "failed", "error": "..."}), then the stream closes.
+
+What is stored comes first, from the database (a late viewer, a permalink replay, a
+resume), then live events: from the run's Redis stream in the full stack, by polling the
+database in the embedded mode. Positions only increase, so nothing is sent twice and,
+since the worker stores each token before it publishes it, nothing is skipped. The view
+is async (ASGI), and its database reads go through ``pooled``: a viewer waiting on Redis
+or sleeping between polls holds no thread and no database connection.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
+from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
+
+from playground import selectors, services, streams
+from playground.models import Run
+from playground.serializers import RunSerializer
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.1  # embedded mode: how often a live viewer looks for new rows
+BATCH = 500
+
+
+def pooled(function):
+    """``function`` as a coroutine run in the shared thread pool, closing the database
+    connection it opened.
+
+    Not Django's default (``thread_sensitive``): under ASGI that runs a request's sync
+    code in a thread of its own, so every open stream would keep a thread and a database
+    connection for as long as it lasts. Here a viewer waiting on Redis or between polls
+    holds neither.
+    """
+
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return sync_to_async(call, thread_sensitive=False)
+
+
+def sse(event: str, data: object, id: int | None = None) -> str:
+    lines = [] if id is None else [f"id: {id}"]
+    lines += [f"event: {event}", f"data: {json.dumps(data, cls=DjangoJSONEncoder)}"]
+    return "\n".join(lines) + "\n\n"
+
+
+def last_event_id(request: HttpRequest) -> int | None:
+    """The position to resume after (-1: from the start); None when it is malformed."""
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "-1"
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= -1 else None
+
+
+async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
+    after = last_event_id(request)
+    if after is None:
+        return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
+    run = await pooled(selectors.run_get)(run_id=run_id)
+    if run is None:
+        raise Http404(f"No run with id {run_id}.")
+    events = run_event_stream(run=run, after=after)
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once
+    return response
+
+
+def _block_ms() -> int:
+    return max(1, int(settings.PLAYGROUND_SSE_HEARTBEAT_S * 1000))
+
+
+def run_payload(run: Run) -> dict:
+    return dict(RunSerializer(run).data)
+
+
+class _Relay:
+    """One viewer's position in the run and the events it still has to send."""
+
+    def __init__(self, run: Run, after: int) -> None:
+        self.run, self.after = run, after
+        self.last_sent = time.monotonic()
+
+    def tokens(self, events: list[dict]) -> list[str]:
+        chunks = []
+        for event in events:
+            if event["position"] > self.after:  # never twice
+                chunks.append(sse("token", event, id=event["position"]))
+                self.after = event["position"]
+        if chunks:
+            self.last_sent = time.monotonic()
+        return chunks
+
+    async def stored(self) -> tuple[list[str], bool]:
+        """Catch up from the database; the bool says the run has finished (and all its
+        tokens are in the chunks, since a run is marked finished after its last token)."""
+        chunks: list[str] = []
+        while True:
+            run, rows = await pooled(selectors.run_progress)(
+                run_id=self.run.id, after=self.after, limit=BATCH
+            )
+            self.run = run or self.run
+            chunks += self.tokens(rows)
+            if len(rows) < BATCH:
+                return chunks, self.run.finished
+
+    def end(self) -> str:
+        event, data = services.run_end_event(self.run)
+        return sse(event, data)
+
+    def ping(self) -> str | None:
+        if time.monotonic() - self.last_sent < settings.PLAYGROUND_SSE_HEARTBEAT_S:
+            return None
+        self.last_sent = time.monotonic()
+        return ": ping\n\n"
+
+    async def sweep_if_stale(self) -> None:
+        if selectors.run_is_stale(run=self.run):
+            await pooled(services.run_fail_stale)()
+
+
+async def run_event_stream(*, run: Run, after: int = -1) -> AsyncIterator[str]:
+    """The SSE text of ``run`` after position ``after`` until its ``done``/``error``."""
+    relay = _Relay(run, after)
+    yield sse("run", run_payload(run))
+    source = _from_redis(relay) if streams.publishing() else _from_database(relay)
+    async for chunk in source:
+        yield chunk
+
+
+async def _from_database(relay: _Relay) -> AsyncIterator[str]:
+    while True:
+        chunks, finished = await relay.stored()
+        for chunk in chunks:
+            yield chunk
+        if finished:
+            yield relay.end()
+            return
+        if ping := relay.ping():
+            yield ping
+        await relay.sweep_if_stale()
+        await asyncio.sleep(POLL_S)
+
+
+async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
+    """Live events from the run's Redis stream, after what the database holds. The
+    database stays the reference: a position missing from the stream (a publish that
+    failed) is read from it before anything later is sent, and when Redis cannot be
+    reached the viewer goes on by polling the database."""
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
+
+    chunks, finished = await relay.stored()
+    for chunk in chunks:
+        yield chunk
+    if finished:
+        yield relay.end()
+        return
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    key = streams.stream_key(relay.run.id)
+    try:
+        while True:
+            start = streams.after_position_id(relay.after)
+            try:
+                reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
+            except RedisError:
+                logger.warning("run %s: Redis unreachable, polling the database", relay.run.id)
+                async for chunk in _from_database(relay):
+                    yield chunk
+                return
+            if not reply:  # quiet: a heartbeat, and a look at the run in the database
+                yield ": ping\n\n"
+                relay.last_sent = time.monotonic()
+                chunks, finished = await relay.stored()
+                for chunk in chunks:
+                    yield chunk
+                if finished:
+                    yield relay.end()
+                    return
+                await relay.sweep_if_stale()
+                continue
+            for _entry_id, fields in reply[0][1]:
+                kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
+                if kind == "token":
+                    if data["position"] > relay.after + 1:  # a gap: fill it from the store
+                        chunks, _ = await relay.stored()
+                        for chunk in chunks:
+                            yield chunk
+                    for chunk in relay.tokens([data]):
+                        yield chunk
+                    continue
+                # The end: first anything stored but never published (a worker that died
+                # between the two), then the final event as the database has it.
+                chunks, _ = await relay.stored()
+                for chunk in chunks:
+                    yield chunk
+                yield relay.end() if relay.run.finished else sse(kind, data)
+                return
+    finally:
+        await client.aclose()

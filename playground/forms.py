@@ -1,0 +1,150 @@
+"""The playground's prompt form: the page's controls, and a plain POST without JavaScript.
+
+The form checks what an HTML form can express (types, the same bounds the inputs carry)
+and turns the controls into the run parameters of the API (``POST /api/v1/runs/``); the
+submission service validates them in full (against the model, its loops, the queue) and
+its errors come back onto the fields they name.
+"""
+
+from django import forms
+
+from playground.checkpoints import ModelInfo, model_catalog
+from playground.services import MAX_NEW_TOKENS, MAX_PROMPT_CHARS
+
+EXIT_RULES = [
+    ("q-exit", "Q-exit (cumulative exit probability ≥ q)"),
+    ("convergence", "Convergence (prediction stops changing)"),
+    ("fixed", "Fixed (exactly T loops)"),
+]
+KV_POLICIES = [
+    ("best-available", "Best available: its deepest computed loop"),
+    ("recompute-kv", "Recompute K/V from its exit state"),
+    ("select", "Compute every loop, then select (baseline)"),
+]
+
+
+class ModelSelect(forms.Select):
+    """Options carry the model's trained loops (``data-loops``), which bound the loops input."""
+
+    def __init__(self, options: list[ModelInfo]) -> None:
+        super().__init__()
+        self.model_options = {option.name: option for option in options}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        model = self.model_options.get(str(value))
+        if model is not None:
+            option["attrs"]["data-loops"] = model.loops or ""
+            option["attrs"]["data-max-loops"] = model.max_loops or ""
+            if not model.available:
+                option["attrs"]["disabled"] = True
+        return option
+
+
+class RunForm(forms.Form):
+    prompt = forms.CharField(
+        max_length=MAX_PROMPT_CHARS,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+    )
+    model = forms.ChoiceField()
+    exit_rule = forms.ChoiceField(choices=EXIT_RULES, initial="q-exit")
+    q = forms.FloatField(
+        label="Exit threshold q",
+        min_value=0.01,
+        max_value=1,
+        step_size=0.01,
+        initial=0.7,
+        help_text="Exit at the first loop whose cumulative exit probability reaches q; "
+        "1 = full depth.",
+    )
+    loops = forms.IntegerField(label="Loops T", min_value=1, initial=None, required=False)
+    extrapolate = forms.BooleanField(
+        label="Extrapolate beyond the trained depth", required=False, initial=False
+    )
+    kv_policy = forms.ChoiceField(
+        label="KV of exited tokens", choices=KV_POLICIES, initial="best-available"
+    )
+    max_new_tokens = forms.IntegerField(
+        label="Max new tokens", min_value=1, max_value=MAX_NEW_TOKENS, initial=64
+    )
+    decoding = forms.ChoiceField(
+        choices=[("greedy", "Greedy"), ("sample", "Sample")],
+        initial="greedy",
+        widget=forms.RadioSelect,
+    )
+    temperature = forms.FloatField(min_value=0, max_value=5, step_size=0.05, initial=0.8)
+    top_p = forms.FloatField(label="Top-p", min_value=0.01, max_value=1, initial=0.95)
+    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.models = model_catalog()
+        available = [option for option in self.models if option.available]
+        field = self.fields["model"]
+        field.choices = [
+            (
+                option.name,
+                f"{option.name} (T = {option.loops})"
+                if option.available
+                else f"{option.name} (unavailable)",
+            )
+            for option in self.models
+        ]
+        field.widget = ModelSelect(self.models)
+        field.widget.choices = field.choices
+        default = available[0] if available else None
+        if default is not None:
+            field.initial = default.name
+            self.fields["loops"].initial = default.loops
+            self.fields["loops"].widget.attrs["max"] = default.max_loops
+        self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
+        self.fields["temperature"].widget.attrs["step"] = "0.05"
+        self.fields["top_p"].widget.attrs["step"] = "0.01"
+
+    @property
+    def models_missing(self) -> list[ModelInfo]:
+        """The configured models that cannot run (all of them when the list is empty)."""
+        return [option for option in self.models if not option.available]
+
+    @property
+    def can_run(self) -> bool:
+        return any(option.available for option in self.models)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        model = next((m for m in self.models if m.name == data.get("model")), None)
+        if model is not None and not model.available:
+            self.add_error("model", f"{model.name} cannot run: {model.problem}.")
+        loops = data.get("loops")
+        if model is not None and model.loops and loops:
+            if loops > model.loops and not data.get("extrapolate"):
+                self.add_error(
+                    "loops",
+                    f"{model.name} was trained with {model.loops} loops; tick Extrapolate "
+                    "to run more.",
+                )
+            elif model.max_loops and loops > model.max_loops:
+                self.add_error("loops", f"At most {model.max_loops} loops for {model.name}.")
+        return data
+
+    def run_parameters(self) -> dict:
+        """The validated controls as the API's run parameters."""
+        data = self.cleaned_data
+        sample = data["decoding"] == "sample"
+        model = next((m for m in self.models if m.name == data["model"]), None)
+        fixed = data["exit_rule"] == "fixed"
+        return {
+            "prompt": data["prompt"],
+            "model": data["model"],
+            "exit_rule": data["exit_rule"],
+            "q": data["q"],
+            "loops": data["loops"],
+            "fixed_loops": (data["loops"] or (model.loops if model else None)) if fixed else None,
+            "extrapolate": data["extrapolate"],
+            "kv_policy": data["kv_policy"],
+            "max_new_tokens": data["max_new_tokens"],
+            "temperature": data["temperature"] if sample else 0.0,
+            "top_p": data["top_p"] if sample else 1.0,
+            "seed": data["seed"],
+        }

@@ -1,0 +1,90 @@
+"""Reads of runs and their tokens (sync for the API and the worker, async for SSE)."""
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from playground.models import Run, RunToken
+
+TOKEN_FIELDS = ("position", "phase", "token_id", "text", "exit_loop", "loops_computed")
+
+
+def run_list() -> QuerySet[Run]:
+    """Runs, most recent first."""
+    return Run.objects.order_by("-created_at")
+
+
+def run_get(*, run_id: uuid.UUID | str) -> Run | None:
+    return Run.objects.filter(pk=run_id).first()
+
+
+def run_active_count() -> int:
+    """Runs queued or running: what the queue limit counts."""
+    return Run.objects.filter(status__in=Run.ACTIVE).count()
+
+
+def run_stale_list(*, now=None) -> QuerySet[Run]:
+    """Runs to give up on: running ones whose worker wrote no heartbeat for
+    PLAYGROUND_STALE_AFTER_S, and queued ones no worker took for PLAYGROUND_QUEUED_TIMEOUT_S."""
+    now = now or timezone.now()
+    beat = now - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    queued = now - timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S)
+    return Run.objects.filter(
+        Q(status=Run.Status.RUNNING, heartbeat_at__lt=beat)
+        | Q(status=Run.Status.QUEUED, created_at__lt=queued)
+    )
+
+
+def run_is_stale(*, run: Run, now=None) -> bool:
+    """``run_stale_list``'s test for one run already in hand."""
+    now = now or timezone.now()
+    if run.status == Run.Status.RUNNING and run.heartbeat_at is not None:
+        return now - run.heartbeat_at > timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    if run.status == Run.Status.QUEUED:
+        return now - run.created_at > timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S)
+    return False
+
+
+def run_tokens(*, run: Run, after: int = -1) -> QuerySet[RunToken]:
+    """The run's token records after position ``after``, in position order."""
+    return RunToken.objects.filter(run=run, position__gt=after).order_by("position")
+
+
+def run_token_dicts(*, run: Run) -> list[dict]:
+    """The token records as the API exports them: the columns plus the full event."""
+    return [
+        {field: getattr(token, field) for field in TOKEN_FIELDS} | {"loops": token.data["loops"]}
+        for token in run_tokens(run=run)
+    ]
+
+
+def run_token_rows(*, run: Run) -> Iterator[list]:
+    """CSV rows: a header, then one row per token with the cumulative exit probability at
+    each loop up to the most any token could use (empty where a loop was not computed)."""
+    depth = max(run.params.get("loops") or run.trained_loops or 0, 1)
+    tokens = list(run_tokens(run=run))
+    depth = max([depth, *(token.loops_computed for token in tokens)])
+    yield [*TOKEN_FIELDS, *(f"cumulative_{t}" for t in range(1, depth + 1))]
+    for token in tokens:
+        cumulative = [loop["cumulative"] for loop in token.data.get("loops", [])]
+        cumulative += [""] * (depth - len(cumulative))
+        yield [*(getattr(token, field) for field in TOKEN_FIELDS), *cumulative]
+
+
+def run_events_after(*, run_id: uuid.UUID | str, after: int, limit: int = 500) -> list[dict]:
+    """Stored token events after position ``after`` (at most ``limit``), in order."""
+    rows = RunToken.objects.filter(run_id=run_id, position__gt=after).order_by("position")
+    return list(rows.values_list("data", flat=True)[:limit])
+
+
+def run_progress(
+    *, run_id: uuid.UUID | str, after: int, limit: int = 500
+) -> tuple[Run | None, list[dict]]:
+    """The run, then its stored events after ``after``, read in that order: when the run
+    reads as finished, every one of its events is in the list (up to ``limit``)."""
+    run = run_get(run_id=run_id)
+    return run, run_events_after(run_id=run_id, after=after, limit=limit)

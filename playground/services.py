@@ -1,0 +1,358 @@
+"""Everything that writes runs: submit, cancel, execute (in the worker) and fail.
+
+A run's life: ``run_submit`` validates and creates it ``queued`` and enqueues the Celery
+task once the transaction commits; the worker's ``run_execute`` claims it (``running``),
+streams the engine's events into ``RunToken`` rows and the run's Redis stream, and ends it
+``done``, ``cancelled`` or ``failed``. A worker that dies leaves a stale heartbeat:
+``run_fail_stale`` (run by viewers, submits and every worker at startup) marks such runs
+failed with the reason, so none stays ``running``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from playground import selectors, streams
+from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
+from playground.models import Run, RunToken
+from playground.recording import RunControl, TokenWriter, event_storable
+
+__all__ = ["event_storable"]  # re-exported: how events are stored and streamed
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """More runs are queued or running than ``PLAYGROUND_MAX_QUEUED``."""
+
+
+class ModelUnavailable(Exception):
+    """The named checkpoint is not configured or its directory cannot be read."""
+
+
+def run_enqueue(*, run: Run) -> None:
+    from workers.tasks import run_generate
+
+    run_generate.delay(str(run.id))
+
+
+MAX_PROMPT_CHARS = 2000
+MAX_NEW_TOKENS = 256
+EXIT_RULES = ("q-exit", "convergence", "fixed")
+KV_POLICIES = ("best-available", "select", "recompute-kv")
+
+
+def run_params_clean(
+    *,
+    prompt: str,
+    model: str = "",
+    exit_rule: str = "q-exit",
+    q: float = 0.7,
+    loops: int | None = None,
+    extrapolate: bool = False,
+    kv_policy: str = "best-available",
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    top_k: int = 5,
+    kl_threshold: float = 1e-3,
+    fixed_loops: int | None = None,
+) -> tuple[ModelInfo, dict[str, Any]]:
+    """Check a submission against the rules and the chosen model.
+
+    Returns the model and ``Run.params`` (the ``GenerationParams`` fields plus
+    ``extrapolate``); raises ``ValidationError({field: [message]})`` naming each bad field.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def check(field: str, ok: bool, message: str) -> None:
+        if not ok:
+            errors.setdefault(field, []).append(message)
+
+    check("prompt", bool(prompt and prompt.strip()), "must not be blank")
+    check("prompt", len(prompt) <= MAX_PROMPT_CHARS, f"at most {MAX_PROMPT_CHARS} characters")
+    check("prompt", "\x00" not in prompt, "must not contain NUL characters")
+    check("exit_rule", exit_rule in EXIT_RULES, f"one of {', '.join(EXIT_RULES)}")
+    check("q", 0 < q <= 1, "must lie in (0, 1]")
+    check("kv_policy", kv_policy in KV_POLICIES, f"one of {', '.join(KV_POLICIES)}")
+    check("max_new_tokens", 0 <= max_new_tokens <= MAX_NEW_TOKENS, f"0 to {MAX_NEW_TOKENS}")
+    check("temperature", temperature >= 0, "must be >= 0 (0 = greedy)")
+    check("top_p", 0 < top_p <= 1, "must lie in (0, 1]")
+    check("seed", 0 <= seed < 2**63, "must be a non-negative 64-bit integer")
+    check("top_k", 0 <= top_k <= 20, "0 to 20")
+    check("kl_threshold", kl_threshold > 0, "must be > 0")
+    check("loops", loops is None or loops >= 1, "must be >= 1")
+    if exit_rule == "fixed":
+        check("fixed_loops", fixed_loops is not None and fixed_loops >= 1, "must be >= 1")
+    name = model or default_model_name()
+    info = model_get(name=name)
+    if info is None:
+        names = ", ".join(settings.PLAYGROUND_MODELS) or "none"
+        check("model", False, f"no model named {name!r}; configured: {names}")
+    elif not info.available:
+        check("model", False, f"{name} is not available: {info.problem}")
+    elif not errors:
+        if loops is not None and info.loops is not None and loops > info.loops:
+            if not extrapolate:
+                check(
+                    "loops",
+                    False,
+                    f"{name} was trained with {info.loops} loops; going beyond needs "
+                    f"extrapolate (up to {info.max_loops})",
+                )
+            else:
+                check("loops", loops <= 2 * info.loops, f"at most {info.max_loops} (2 × T)")
+        if info.max_positions is not None:
+            count = prompt_token_count(model=info, text=prompt)
+            check(
+                "prompt",
+                count + max_new_tokens <= info.max_positions,
+                f"{count} tokens + max_new_tokens {max_new_tokens} exceed the "
+                f"{info.max_positions} positions of {name}",
+            )
+    if errors:
+        raise ValidationError(errors)
+    params = {
+        "max_new_tokens": max_new_tokens,
+        "exit_rule": exit_rule,
+        "q": q,
+        "kl_threshold": kl_threshold,
+        "fixed_loops": fixed_loops,
+        "loops": loops,
+        "kv_policy": kv_policy,
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": seed,
+        "top_k": top_k,
+        "extrapolate": extrapolate,
+    }
+    return info, params
+
+
+@transaction.atomic
+def run_submit(*, prompt: str, **params: Any) -> Run:
+    """Validate, create a queued run and enqueue its generation once this commits.
+
+    Keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
+    first configured). Raises ``ValidationError`` naming the bad fields, and ``QueueFull``
+    when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
+    """
+    model, run_params = run_params_clean(prompt=prompt, **params)
+    run_fail_stale()
+    if selectors.run_active_count() >= settings.PLAYGROUND_MAX_QUEUED:
+        raise QueueFull(
+            f"The playground is busy: {settings.PLAYGROUND_MAX_QUEUED} runs are already "
+            "queued or running. Try again in a minute."
+        )
+    run = Run.objects.create(
+        prompt=prompt, model=model.name, params=run_params, trained_loops=model.loops
+    )
+    transaction.on_commit(lambda: run_enqueue(run=run))
+    return run
+
+
+def run_cancel(*, run: Run) -> Run:
+    """Ask the run to stop: a queued run is cancelled at once, a running one between
+    tokens by its worker; a finished run is left as it is."""
+    Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE).update(cancel_requested=True)
+    updated = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+        status=Run.Status.CANCELLED, finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    if updated:
+        _publish_end(run)
+    return run
+
+
+def run_fail(*, run_id: uuid.UUID | str, reason: str, only_worker: str = "") -> bool:
+    """Mark an active run failed with ``reason`` (a finished one is left alone)."""
+    runs = Run.objects.filter(pk=run_id, status__in=Run.ACTIVE)
+    if only_worker:
+        runs = runs.filter(worker=only_worker)
+    return _fail(runs, run_id=run_id, reason=reason)
+
+
+def _fail(runs, *, run_id: uuid.UUID | str, reason: str) -> bool:
+    """Fail the run if ``runs`` (its conditions, checked in the UPDATE) still holds it."""
+    updated = runs.update(status=Run.Status.FAILED, error=reason, finished_at=timezone.now())
+    if updated:
+        logger.warning("run %s failed: %s", run_id, reason)
+        _publish_end(Run.objects.get(pk=run_id))
+    return bool(updated)
+
+
+def run_fail_stale(*, now=None) -> list[uuid.UUID]:
+    """Fail every running run whose worker stopped sending heartbeats, and every run
+    that no worker took from the queue in time."""
+    now = now or timezone.now()
+    failed = []
+    for run in selectors.run_stale_list(now=now):
+        if run.status == Run.Status.QUEUED:
+            reason = (
+                f"no worker took it within {settings.PLAYGROUND_QUEUED_TIMEOUT_S} s "
+                "(is a worker running on queue gpu?)"
+            )
+        else:
+            reason = (
+                f"the worker running it ({run.worker or 'unknown'}) stopped responding "
+                f"for over {settings.PLAYGROUND_STALE_AFTER_S} s; it was lost mid-run"
+            )
+        # The same conditions again in the UPDATE: a run claimed or beating meanwhile stays.
+        still_stale = selectors.run_stale_list(now=now).filter(pk=run.pk, status=run.status)
+        if _fail(still_stale, run_id=run.id, reason=reason):
+            failed.append(run.id)
+    return failed
+
+
+def run_fail_orphans(*, worker: str) -> list[uuid.UUID]:
+    """A worker starting under ``worker``'s name: its earlier process's runs are dead."""
+    failed = []
+    for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker=worker).values_list(
+        "id", flat=True
+    ):
+        reason = f"the worker running it ({worker}) was restarted mid-run"
+        if run_fail(run_id=run_id, reason=reason, only_worker=worker):
+            failed.append(run_id)
+    return failed
+
+
+@dataclass
+class Claim:
+    run: Run | None  # the run to generate; None: skip the message
+    reason: str = ""
+    ended: Run | None = None  # a run the claim itself ended, whose end is to publish
+
+
+@transaction.atomic
+def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
+    """Take a queued run for this worker; anything else is a redelivery to skip.
+
+    A run found ``running`` was started by an attempt that did not finish (its worker
+    died, and the broker redelivered the message): it is failed rather than restarted,
+    since what killed that worker may kill this one.
+    """
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    if run is None:
+        return Claim(None, "no such run")
+    if run.finished:
+        return Claim(None, f"already {run.status}")
+    now = timezone.now()
+    if run.status == Run.Status.RUNNING:
+        if not selectors.run_is_stale(run=run) and run.worker != worker:
+            return Claim(None, f"running on {run.worker}")
+        run.status, run.finished_at = Run.Status.FAILED, now
+        run.error = f"its worker ({run.worker or 'unknown'}) was lost mid-run"
+        run.save(update_fields=["status", "finished_at", "error"])
+        return Claim(None, "an earlier attempt was lost", ended=run)
+    if run.cancel_requested:
+        run.status, run.finished_at = Run.Status.CANCELLED, now
+        run.save(update_fields=["status", "finished_at"])
+        return Claim(None, "cancelled before it started", ended=run)
+    run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, now, now
+    run.worker, run.attempts = worker, run.attempts + 1
+    run.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "attempts"])
+    return Claim(run)
+
+
+def generation_params(run: Run):
+    """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
+    from kernels.stream import GenerationParams
+
+    values = {key: value for key, value in run.params.items() if key != "extrapolate"}
+    return GenerationParams(**values).validate()
+
+
+def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
+    """Generate the run in this process (the worker's task body); idempotent.
+
+    Returns the finished run, or None when the message was a redelivery to skip.
+    """
+    from kernels.stream import generate_stream
+    from workers.resident import resident_model
+
+    claim = run_claim(run_id=run_id, worker=worker)
+    if claim.run is None:
+        logger.info("run %s skipped: %s", run_id, claim.reason)
+        if claim.ended is not None:
+            _publish_end(claim.ended)
+        return None
+    run = claim.run
+    writer, control = TokenWriter(run), RunControl(run)
+    try:
+        model = model_get(name=run.model)
+        if model is None or not model.available:
+            raise ModelUnavailable(model.problem if model else f"no model named {run.model!r}")
+        params = generation_params(run)
+        loaded = resident_model(model.path)
+        control.beat(force=True)
+        stream = generate_stream(loaded, run.prompt, params, should_stop=control.should_stop)
+        for event in stream:
+            writer.add(event.to_dict())
+            if event.phase == RunToken.Phase.PROMPT:
+                control.beat()
+        writer.flush()
+    except Exception as exc:  # the run records why it failed; the worker goes on
+        if not isinstance(exc, ValueError | ModelUnavailable):
+            logger.exception("run %s failed", run.id)
+        try:
+            writer.flush()  # what was generated before the failure stays viewable
+        except Exception:
+            logger.exception("run %s: could not store its last tokens", run.id)
+        _finish_failed(run, exc, writer.last_position)
+        return run
+    return _finish(run, stream.summary or {}, control.stop_reason, writer.last_position)
+
+
+def _finish(run: Run, stats: dict, stop_reason: str, last_position: int) -> Run:
+    if stop_reason and stop_reason != Run.Status.CANCELLED:
+        run.refresh_from_db()  # failed meanwhile: that outcome stands
+        return run
+    status = Run.Status.CANCELLED if stop_reason else Run.Status.DONE
+    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+        status=status, stats=stats, finished_at=timezone.now(), heartbeat_at=timezone.now()
+    )
+    run.refresh_from_db()
+    _publish_end(run, last_position=last_position)
+    return run
+
+
+def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    if isinstance(exc, SoftTimeLimitExceeded):
+        reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
+    elif isinstance(exc, ValueError | ModelUnavailable):
+        reason = str(exc)
+    else:
+        reason = f"the worker hit an error: {type(exc).__name__}: {exc}"
+    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+        status=Run.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    _publish_end(run, last_position=last_position)
+
+
+def run_end_event(run: Run) -> tuple[str, dict]:
+    """The final SSE event of a finished run: ``done`` or ``error`` with its payload."""
+    if run.status == Run.Status.FAILED:
+        return "error", {"status": run.status, "error": run.error}
+    return "done", {"status": run.status, "stats": run.stats, "error": run.error}
+
+
+def _publish_end(run: Run, last_position: int | None = None) -> None:
+    if not streams.publishing():
+        return
+    if last_position is None:
+        last = RunToken.objects.filter(run=run).order_by("-position").first()
+        last_position = last.position if last else -1
+    event, data = run_end_event(run)
+    streams.publish_end(run_id=run.id, last_position=last_position, event=event, data=data)

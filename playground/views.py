@@ -1,0 +1,136 @@
+"""Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript.
+
+Each view validates its input, calls one selector or service and renders. The prompt
+form posts here (htmx or a plain POST); its parameters go through the same serializer and
+service as ``POST /api/v1/runs/``, and ``static/js/playground.js`` then follows the run
+over SSE (``/runs/<id>/events``, in ``playground.events``). htmx requests get the
+swapped region only.
+"""
+
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from playground import selectors, services
+from playground.forms import RunForm
+from playground.models import Run
+from playground.pages import run_context, run_view
+from playground.serializers import RunCreateSerializer
+
+TEMPLATE = "playground/playground.html"
+RECENT_RUNS = 10
+LISTED_RUNS = 50
+
+
+@require_http_methods(["GET", "POST"])
+def index(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _submit(request, RunForm(request.POST))
+    return _page(request, RunForm())
+
+
+def _submit(request: HttpRequest, form: RunForm) -> HttpResponse:
+    status = 400
+    if form.is_valid():
+        try:
+            run = _run_submit(form.run_parameters())
+        except services.QueueFull as exc:
+            form.add_error(None, str(exc))
+            status = 429
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            if not request.htmx:
+                return redirect(run)
+            context = run_context(run_view(run=run, tokens=[]))
+            response = render(request, f"{TEMPLATE}#run-view", context, status=201)
+            response["HX-Push-Url"] = run.get_absolute_url()
+            response["HX-Trigger"] = "run-created"
+            return response
+    if request.htmx:
+        response = render(request, f"{TEMPLATE}#run-form", {"form": form}, status=status)
+        response["HX-Retarget"] = "#run-form"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    return _page(request, form, status=status)
+
+
+def _run_submit(params: dict) -> Run:
+    """The API's own checks and service, on the form's parameters."""
+    checked = RunCreateSerializer(data=params)
+    if not checked.is_valid():
+        raise ValidationError(checked.errors)
+    return services.run_submit(**checked.validated_data)
+
+
+def _add_errors(form: RunForm, error: ValidationError) -> None:
+    if not hasattr(error, "error_dict"):
+        form.add_error(None, error)
+        return
+    for name, messages in error.message_dict.items():
+        form.add_error(name if name in form.fields else None, messages)
+
+
+def _page(request: HttpRequest, form: RunForm, *, run=None, status: int = 200) -> HttpResponse:
+    context = run_context(run) | {
+        "form": form,
+        "recent_runs": selectors.run_list()[:RECENT_RUNS],
+    }
+    return render(request, TEMPLATE, context, status=status)
+
+
+@require_GET
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = selectors.run_get(run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    view = run_view(run=run, tokens=list(selectors.run_tokens(run=run)))
+    if _region_only(request):
+        return render(request, f"{TEMPLATE}#run-view", run_context(view))
+    form = RunForm(initial=_initial(run))
+    return _page(request, form, run=view)
+
+
+def _region_only(request: HttpRequest) -> bool:
+    """An htmx swap, not htmx restoring a page from history (which needs all of it)."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def _initial(run) -> dict:
+    """The run's own settings in the form, to tweak and run again."""
+    params = run.params
+    sample = bool(params.get("temperature"))
+    initial = {
+        "prompt": run.prompt,
+        "model": run.model,
+        "decoding": "sample" if sample else "greedy",
+    }
+    for name in ("exit_rule", "q", "loops", "extrapolate", "kv_policy", "max_new_tokens", "seed"):
+        if params.get(name) is not None:
+            initial[name] = params[name]
+    if sample:
+        initial |= {"temperature": params["temperature"], "top_p": params.get("top_p")}
+    return initial
+
+
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    if _region_only(request):  # the prompt page's list, refreshed when a run starts or ends
+        context = {"recent_runs": selectors.run_list()[:RECENT_RUNS]}
+        return render(request, f"{TEMPLATE}#recent-runs", context)
+    context = {"recent_runs": selectors.run_list()[:LISTED_RUNS], "all_runs": True}
+    return render(request, "playground/runs.html", context)
+
+
+@require_POST
+def run_stop(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = selectors.run_get(run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    services.run_cancel(run=run)
+    if request.htmx:
+        return HttpResponse(status=204)  # the stream reports the run stopping
+    return redirect(run)

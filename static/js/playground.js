@@ -1,0 +1,219 @@
+// The playground page. The prompt form posts with htmx (or plainly, without JavaScript),
+// and the server swaps in the run's region (#run) with its state, stored tokens and
+// heatmap figure as json_script. This module replays what is stored, then follows the
+// run's server-sent events (/runs/<id>/events) until `done` or `error`, batching the
+// DOM and Plotly updates to one per animation frame.
+import { Heatmap } from "./playground-heatmap.js";
+import { depthFraction, Stats, TokenText } from "./playground-tokens.js";
+
+const STATUS_LABELS = {
+  queued: "Queued",
+  running: "Running",
+  done: "Done",
+  cancelled: "Stopped",
+  failed: "Failed",
+};
+const FINISHED = new Set(["done", "cancelled", "failed"]);
+
+function data(id) {
+  const node = document.getElementById(id);
+  return node ? JSON.parse(node.textContent) : null;
+}
+
+class RunFollower {
+  constructor(region, state, stored, figure) {
+    this.region = region;
+    this.state = state;
+    this.loops = state.loops;
+    this.events = [];
+    this.positions = new Set();
+    this.pending = [];
+    this.frame = 0;
+    this.statusNode = region.querySelector("#run-status");
+    this.text = new TokenText(
+      region.querySelector("#tokens"),
+      region.querySelector("#token-tip"),
+      this.loops,
+    );
+    this.heatmap = new Heatmap(region.querySelector("#heatmap"), figure);
+    this.heatmap.onHover = (position) => this.text.show(position);
+    this.heatmap.onClick = (position) => this.text.span(position)?.focus();
+    this.heatmap.onUnhover = () => this.text.hide();
+    this.stats = new Stats(region.querySelector("#stats"), this.loops);
+    this.legend(region.querySelector("#depth-legend"));
+    this.receive(stored);
+    this.flush();
+    if (state.stats) this.stats.show(state.stats);
+    if (!FINISHED.has(state.status)) this.follow();
+  }
+
+  legend(node) {
+    if (!node) return;
+    for (const swatch of node.querySelectorAll(".tok-swatch")) swatch.remove();
+    const anchor = node.querySelector(".legend-end");
+    for (let loop = 1; loop <= this.loops; loop += 1) {
+      const swatch = document.createElement("span");
+      swatch.className = "tok-swatch";
+      const fraction = depthFraction(loop, this.loops);
+      if (fraction > 0.5) swatch.classList.add("deep");
+      swatch.style.setProperty("--f", fraction);
+      swatch.textContent = String(loop);
+      node.insertBefore(swatch, anchor);
+    }
+  }
+
+  get lastPosition() {
+    return this.events.length ? this.events[this.events.length - 1].position : -1;
+  }
+
+  follow() {
+    if (!window.EventSource) {
+      this.poll();
+      return;
+    }
+    const url = new URL(this.state.events_url, window.location.href);
+    if (this.lastPosition >= 0) url.searchParams.set("last_event_id", this.lastPosition);
+    const source = new EventSource(url);
+    this.source = source;
+    source.addEventListener("run", (message) => {
+      const run = JSON.parse(message.data);
+      if (run.status) this.status(run.status);
+    });
+    source.addEventListener("token", (message) => {
+      this.receive([JSON.parse(message.data)]);
+      if (this.state.status !== "running") this.status("running");
+    });
+    source.addEventListener("done", (message) => this.end(JSON.parse(message.data)));
+    source.addEventListener("error", (message) => {
+      if (message.data) {
+        this.end(JSON.parse(message.data));
+      } else if (source.readyState === EventSource.CONNECTING) {
+        this.status(this.state.status, "reconnecting…"); // EventSource resends Last-Event-ID
+      }
+    });
+    source.addEventListener("open", () => this.status(this.state.status));
+  }
+
+  // Without EventSource: the tokens export and the run, every second.
+  async poll() {
+    while (!FINISHED.has(this.state.status) && document.body.contains(this.region)) {
+      const tokens = await fetch(this.state.tokens_url).then((response) => response.json());
+      this.receive(tokens);
+      const run = await fetch(this.state.api_url).then((response) => response.json());
+      if (FINISHED.has(run.status)) this.end({ status: run.status, stats: run.stats, error: run.error });
+      else await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+
+  receive(events) {
+    for (const event of events) {
+      if (this.positions.has(event.position)) continue; // a replay after a reconnect
+      this.positions.add(event.position);
+      if (event.position < this.lastPosition) this.unordered = true;
+      this.pending.push(event);
+      this.events.push(event);
+    }
+    if (this.unordered) this.events.sort((a, b) => a.position - b.position);
+    this.unordered = false;
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  flush() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    if (!this.pending.length) return;
+    const batch = this.pending.sort((a, b) => a.position - b.position);
+    this.pending = [];
+    this.text.add(batch);
+    this.heatmap.add(batch);
+    if (!this.state.stats) this.stats.live(this.events);
+  }
+
+  status(status, note = "") {
+    this.state.status = status;
+    if (!this.statusNode) return;
+    this.statusNode.textContent = (STATUS_LABELS[status] ?? status) + (note ? ` (${note})` : "");
+    this.statusNode.className = `status status-${status}`;
+  }
+
+  end(payload) {
+    this.source?.close();
+    this.flush();
+    this.status(payload.status);
+    if (payload.stats && Object.keys(payload.stats).length) {
+      this.state.stats = payload.stats;
+      this.stats.show(payload.stats);
+    }
+    const error = this.region.querySelector("#run-error");
+    if (payload.error && error) {
+      error.textContent = payload.error;
+      error.hidden = false;
+    }
+    this.region.querySelector(".stop-form")?.remove();
+    this.region.dataset.finished = payload.status;
+    document.body.dispatchEvent(new CustomEvent("run-finished", { detail: payload }));
+  }
+
+  close() {
+    this.source?.close();
+    if (this.frame) cancelAnimationFrame(this.frame);
+  }
+}
+
+let current = null;
+
+function attach() {
+  const region = document.getElementById("run");
+  const state = data("run-state");
+  if (!region || !state) return;
+  if (current?.region === region) return; // already following this region
+  current?.close();
+  current = new RunFollower(region, state, data("run-tokens") ?? [], data("heatmap-figure"));
+}
+
+// The form's dependent controls: loops bounded by the model's T (2·T with extrapolate),
+// q only for Q-exit, temperature/top-p/seed only when sampling.
+function syncForm() {
+  const form = document.getElementById("run-form");
+  if (!form) return;
+  const model = form.elements.model?.selectedOptions[0];
+  const loops = form.elements.loops;
+  if (model && loops) {
+    const trained = Number(model.dataset.loops) || null;
+    const most = form.elements.extrapolate?.checked ? Number(model.dataset.maxLoops) : trained;
+    if (most) loops.max = String(most);
+    if (trained && !loops.value) loops.value = String(trained);
+  }
+  const rule = form.elements.exit_rule?.value;
+  form.querySelector(".field-q")?.toggleAttribute("hidden", rule !== "q-exit");
+  const sample = form.querySelector("input[name=decoding]:checked")?.value === "sample";
+  form.querySelector("#sampling")?.toggleAttribute("hidden", !sample);
+}
+
+document.addEventListener("change", (event) => {
+  if (!event.target.closest?.("#run-form")) return;
+  if (event.target.name === "model") {
+    const loops = event.target.form.elements.loops;
+    const trained = event.target.selectedOptions[0]?.dataset.loops;
+    if (loops && trained) loops.value = trained;
+  }
+  syncForm();
+});
+
+// The htmx swap that brings a new run also brings its permalink into the address bar.
+// The run region is left out of htmx's history snapshots (hx-history="false"): Back and
+// Forward fetch the page again, and the module attaches to what came back.
+for (const name of ["htmx:afterSettle", "htmx:historyRestore"]) {
+  document.body.addEventListener(name, () => {
+    attach();
+    syncForm();
+  });
+}
+document.body.addEventListener("htmx:beforeRequest", (event) => {
+  if (event.target.classList?.contains("stop-form")) {
+    current?.status(current.state.status, "stopping…");
+  }
+});
+
+attach();
+syncForm();

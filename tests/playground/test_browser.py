@@ -1,0 +1,155 @@
+"""The playground in a real Chromium: type a prompt, press Run, watch it stream, stop one.
+
+The stack is the embedded mode as ``make run`` starts it (``tests/playground/stack.py``):
+uvicorn serving the ASGI app, so the SSE stream reaches the browser token by token, and a
+real Celery worker process running the tiny checkpoint, sharing a SQLite database file
+(events flow through it). A small delay per token lets the test see a run mid-flight.
+"""
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from tests.playground.stack import Stack
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+GENERATED = "#tokens .tok:not(.prompt)"
+HEATMAP_COLUMNS = "document.getElementById('heatmap').data?.[0]?.x?.length ?? 0"
+
+
+@pytest.fixture(scope="module")
+def served(browser, tmp_path_factory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("playground-browser")
+    stack = Stack(workdir, database_url=f"sqlite:///{workdir / 'db.sqlite3'}")
+    stack.env["PLAYGROUND_TOKEN_DELAY_S"] = "0.04"  # slow enough to see the run mid-flight
+    stack.manage("migrate", "--noinput")
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+def _run_of(stack: Stack, page) -> dict:
+    run_id = re.search(r"/playground/runs/([0-9a-f-]{36})/", page.url)[1]
+    return stack.get(f"/api/v1/runs/{run_id}/").json()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    yield page
+    page.close()
+
+
+def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(served, page) -> None:
+    # given the playground
+    page.goto(f"{served.base}/playground/")
+    page.get_by_role("textbox", name="Prompt").fill("def add(a, b):")
+    page.get_by_label("Max new tokens").fill("48")
+    # when Run is pressed
+    page.get_by_role("button", name="Run", exact=True).click()
+    # then the run's permalink replaces the address, and tokens stream in while it runs
+    page.wait_for_url("**/playground/runs/*/")
+    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 3")
+    status = page.locator("#run-status").inner_text()
+    generated_midway = page.locator(GENERATED).count()
+    columns_midway = page.evaluate(HEATMAP_COLUMNS)
+    assert status.startswith("Running"), status
+    assert 3 <= generated_midway < 48
+    assert columns_midway >= 14 + 3  # the 14 prompt bytes, then the generated tokens
+    assert page.locator("#heatmap .heatmaplayer image").count() >= 1  # cells drawn
+    # and then it finishes with its final stats
+    page.wait_for_function(
+        "document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
+    )
+    run = _run_of(served, page)
+    stored = served.get(run["tokens_url"]).json()
+    assert run["status"] == "done"
+    assert page.locator("#tokens .tok").count() == len(stored) == 14 + 48
+    assert page.locator("#tokens").inner_text() == "".join(token["text"] for token in stored)
+    assert page.evaluate(HEATMAP_COLUMNS) == len(stored)
+    exits = page.evaluate("document.getElementById('heatmap').data[2].y")
+    assert exits == [token["exit_loop"] for token in stored]
+    stats = {
+        name: page.locator(f'[data-stat="{name}"]').inner_text()
+        for name in ("tokens", "average_depth", "work", "flops", "tokens_per_s", "ttft", "peak_kv")
+    }
+    assert stats["tokens"] == "14 prompt + 48 generated"
+    assert "of 4 loops" in stats["average_depth"]
+    assert "token-loops" in stats["work"] and "of full depth" in stats["flops"]
+    assert stats["ttft"].endswith(" ms") and stats["peak_kv"] != "—"
+    assert float(stats["tokens_per_s"]) > 0
+    # a token's tooltip shows each computed loop, and the skipped ones as not computed
+    last = page.locator(GENERATED).last
+    last.hover()
+    tip = page.locator("#token-tip")
+    tip.wait_for(state="visible")
+    assert "exit loop" in tip.inner_text()
+    assert tip.locator("tbody tr").count() == 4
+    assert tip.locator("tbody tr:not(.skipped)").count() == stored[-1]["loops_computed"]
+    # the recent runs list has it, and the permalink replays it after a reload
+    page.locator("#recent-runs").get_by_text("def add(a, b):").first.wait_for()
+    page.reload()
+    page.wait_for_function(f"{HEATMAP_COLUMNS} === {len(stored)}")
+    assert page.locator("#tokens .tok").count() == len(stored)
+    # Back returns to the empty prompt page, Forward to the run, drawn again
+    page.go_back()
+    page.wait_for_url(f"{served.base}/playground/")
+    page.get_by_role("heading", name="Output").wait_for()  # the page fetched again
+    assert page.locator("#run #tokens .tok").count() == 0
+    page.go_forward()
+    page.wait_for_function(f"{HEATMAP_COLUMNS} === {len(stored)}")
+    assert page.locator("#tokens .tok").count() == len(stored)
+    assert page.errors == []
+
+
+def test_stop_cancels_a_running_run(served, page) -> None:
+    page.goto(f"{served.base}/playground/")
+    page.get_by_role("textbox", name="Prompt").fill("Stop me")
+    page.get_by_label("Max new tokens").fill("256")
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 2")
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_function(
+        "document.getElementById('run-status').textContent.startsWith('Stopped')",
+        timeout=30_000,
+    )
+    run = _run_of(served, page)
+    stored = served.get(run["tokens_url"]).json()
+    assert run["status"] == "cancelled"
+    generated = [token for token in stored if token["phase"] == "generated"]
+    assert page.locator(GENERATED).count() == len(generated) < 256
+    assert page.get_by_role("button", name="Stop").count() == 0
+    assert page.errors == []
+
+
+def test_reloading_a_running_run_replays_what_is_stored_and_follows_the_rest(served, page) -> None:
+    # given a run streaming into the page
+    page.goto(f"{served.base}/playground/")
+    page.get_by_role("textbox", name="Prompt").fill("Reload me")
+    page.get_by_label("Max new tokens").fill("160")  # at least 6.4 s: still running at reload
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 3")
+    # when its permalink is reloaded mid-run
+    streams: list[str] = []
+    page.on(
+        "request", lambda request: streams.append(request.url) if "/events" in request.url else None
+    )
+    page.reload()
+    # then it resumes after the stored tokens and ends with each token exactly once
+    page.wait_for_function(
+        "document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
+    )
+    run = _run_of(served, page)
+    stored = served.get(run["tokens_url"]).json()
+    assert any("last_event_id=" in url for url in streams), streams
+    positions = page.evaluate(
+        "[...document.querySelectorAll('#tokens .tok')].map(t => Number(t.dataset.position))"
+    )
+    assert positions == [token["position"] for token in stored]
+    assert page.evaluate(HEATMAP_COLUMNS) == len(stored)
+    assert page.errors == []

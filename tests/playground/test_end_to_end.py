@@ -1,0 +1,180 @@
+"""The full stack for real: uvicorn (ASGI), a Celery worker process, Redis and the
+suite's database (PostgreSQL when DATABASE_URL names it, else a SQLite file the two
+processes share). A prompt goes in through the API and comes back over SSE."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.playground.conftest import PROMPT
+from tests.playground.stack import Stack, database_url_of, read_run, token_view
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url, django_db_setup, django_db_blocker, tmp_path_factory):
+    redis.Redis.from_url(redis_url).flushdb()
+    workdir = tmp_path_factory.mktemp("full-stack")
+    if settings.USING_POSTGRES:
+        database_url = database_url_of(settings.DATABASES["default"])
+    else:
+        database_url = f"sqlite:///{workdir / 'db.sqlite3'}"
+    stack = Stack(workdir, database_url=database_url, redis_url=redis_url)
+    if not settings.USING_POSTGRES:
+        stack.manage("migrate", "--noinput")
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def live(stack, transactional_db):
+    """The stack, with the suite's tables emptied after the test (PostgreSQL)."""
+    return stack
+
+
+def test_prompt_streams_to_done_and_matches_the_engine(live, direct_events):
+    # given
+    params = {"max_new_tokens": 24, "temperature": 0.8, "top_p": 0.9, "seed": 7, "q": 0.6}
+
+    # when
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", **params)
+    first, streamed, end = read_run(live, run)
+
+    # then
+    assert first["data"]["id"] == run["id"] and first["data"]["trained_loops"] == 4
+    assert end["event"] == "done" and end["data"]["status"] == "done"
+    assert (
+        end["data"]["stats"]["generated_tokens"]
+        == len(streamed) - end["data"]["stats"]["prompt_tokens"]
+    )
+    stored = live.get(run["tokens_url"]).json()
+    direct = direct_events(PROMPT, **params)
+    assert token_view(streamed) == token_view(stored) == token_view(direct)
+    assert [e["position"] for e in streamed] == list(range(len(direct)))
+    assert live.get(run["api_url"]).json()["status"] == "done"
+
+
+def test_a_late_viewer_gets_the_whole_run_from_the_store(live):
+    # given
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=8)
+    _, live_tokens, _ = read_run(live, run)
+
+    # when
+    _, replayed, end = read_run(live, run)
+
+    # then
+    assert replayed == live_tokens
+    assert end["event"] == "done"
+
+
+def test_many_viewers_of_one_run_each_get_every_event(live):
+    # given
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=24)
+
+    # when: ten viewers at once, each on its own connection
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: read_run(live, run), range(10)))
+
+    # then
+    stored = token_view(live.get(run["tokens_url"]).json())
+    for _, tokens, end in results:
+        assert end["event"] == "done"
+        assert token_view(tokens) == stored
+
+
+def test_resuming_with_last_event_id_loses_and_repeats_nothing(live):
+    # given: a viewer that drops out after a few generated tokens
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=48)
+    before = []
+    for event in live.events(run):
+        if event.get("event") == "token":
+            before.append(event["data"])
+            if event["data"]["phase"] == "generated" and len(before) > 16:
+                break
+
+    # when: it comes back with the last id it saw
+    _, after, end = read_run(live, run, last_event_id=before[-1]["position"])
+
+    # then
+    assert end["event"] == "done"
+    positions = [e["position"] for e in before + after]
+    assert positions == list(range(len(positions)))
+    assert token_view(before + after) == token_view(live.get(run["tokens_url"]).json())
+
+
+def test_cancel_stops_the_run_between_tokens(live):
+    # given
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
+    events = live.events(run)
+    generated = 0
+    for event in events:
+        if event.get("event") == "token" and event["data"]["phase"] == "generated":
+            generated += 1
+            if generated == 3:
+                break
+
+    # when
+    response = live.post(run["cancel_url"])
+    _, rest, end = read_run(live, run, last_event_id=0)
+
+    # then
+    assert response.status_code == 202
+    assert end["event"] == "done" and end["data"]["status"] == "cancelled"
+    assert end["data"]["stats"]["stopped"] == "stopped"
+    assert sum(e["phase"] == "generated" for e in rest) < 256
+    assert live.get(run["api_url"]).json()["status"] == "cancelled"
+
+
+def _wait_for_generated(live, run, count: int = 2) -> None:
+    for event in live.events(run):
+        if event.get("event") == "token" and event["data"]["phase"] == "generated":
+            count -= 1
+            if count == 0:
+                return
+
+
+def test_a_killed_pool_process_fails_the_run_with_the_reason(live):
+    # given: a run in the middle of its generation
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
+    _wait_for_generated(live, run)
+
+    # when: the process running it is killed (out of memory, say)
+    for pid in live.worker_pool_pids():
+        import os
+        import signal
+
+        os.kill(pid, signal.SIGKILL)
+    _, _, end = read_run(live, run)
+
+    # then
+    assert end["event"] == "error"
+    assert end["data"]["status"] == "failed"
+    assert "lost" in end["data"]["error"]
+    body = live.get(run["api_url"]).json()
+    assert body["status"] == "failed" and "lost" in body["error"]
+
+
+def test_a_killed_worker_leaves_its_run_failed_not_running(live):
+    # given: a run in the middle of its generation
+    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
+    _wait_for_generated(live, run)
+
+    # when: the whole worker dies at once (SIGKILL, no handler runs)
+    live.kill_worker()
+    started = time.monotonic()
+    _, _, end = read_run(live, run)
+
+    # then: once its heartbeat is stale, the viewer's sweep fails it with the reason
+    try:
+        assert end["event"] == "error"
+        assert "stopped responding" in end["data"]["error"]
+        assert time.monotonic() - started < 30
+        assert live.get(run["api_url"]).json()["status"] == "failed"
+    finally:
+        live.start_worker()

@@ -1,0 +1,333 @@
+"""The SSE stream of a run, read in-process. Its database reads run in the shared thread
+pool, on connections of their own, so these tests commit what they write; each stream is
+read on an event loop in a thread of its own (the browser tests keep one in this one)."""
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+import redis
+from django.test import AsyncClient
+from django.utils import timezone
+
+from playground import services, streams
+from playground.events import pooled, run_event_stream
+from playground.models import Run, RunToken
+from tests.playground.conftest import make_event
+from tests.playground.stack import parse_sse
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def embedded(settings):
+    settings.REDIS_URL = ""
+    settings.PLAYGROUND_SSE_HEARTBEAT_S = 10
+
+
+def run_async(coroutine):
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def parse(chunks: list[str]) -> list[dict]:
+    return list(parse_sse(iter("".join(chunks).split("\n"))))
+
+
+def read(run: Run, after: int = -1, *, stop=None, during=None) -> list[dict]:
+    """The stream's events until it closes (or ``stop(event)`` says so), while the
+    coroutine ``during`` runs beside it (a worker writing, say)."""
+
+    async def go() -> list[str]:
+        side = asyncio.ensure_future(during()) if during else None
+        chunks = []
+        async with asyncio.timeout(20):
+            async for chunk in run_event_stream(run=run, after=after):
+                chunks.append(chunk)
+                if stop and any(stop(event) for event in parse([chunk])):
+                    break
+        if side:
+            await side
+        return chunks
+
+    return parse(run_async(go()))
+
+
+def store(run: Run, position: int, phase: str = "generated") -> None:
+    event = make_event(position, phase)
+    RunToken.objects.create(
+        run=run, position=position, phase=phase, token_id=event["token_id"],
+        text=event["text"], exit_loop=event["exit_loop"],
+        loops_computed=event["loops_computed"], data=event,
+    )  # fmt: skip
+
+
+def test_a_finished_run_replays_from_the_store(run_factory):
+    # given
+    run = run_factory(tokens=4, prompt_tokens=2, status="done", stats={"tokens_per_s": 9.5})
+
+    # when
+    events = read(run)
+
+    # then
+    assert [e["event"] for e in events] == ["run", "token", "token", "token", "token", "done"]
+    assert events[0]["data"]["id"] == str(run.id) and events[0]["data"]["trained_loops"] == 4
+    assert [e["id"] for e in events[1:5]] == ["0", "1", "2", "3"]
+    assert events[1]["data"] == make_event(0, "prompt")
+    assert events[-1]["data"] == {"status": "done", "stats": {"tokens_per_s": 9.5}, "error": ""}
+
+
+def test_resuming_sends_only_the_positions_after_the_last_event_id(run_factory):
+    # given
+    run = run_factory(tokens=6, status="done")
+
+    # when
+    events = read(run, after=3)
+
+    # then
+    assert [e.get("id") for e in events] == [None, "4", "5", None]
+
+
+def test_a_failed_run_ends_with_an_error_event(run_factory):
+    # given
+    run = run_factory(tokens=1, status="failed", error="its worker was lost")
+
+    # when
+    events = read(run)
+
+    # then
+    assert events[-1] == {
+        "event": "error",
+        "data": {"status": "failed", "error": "its worker was lost"},
+    }
+
+
+def test_a_live_viewer_gets_each_token_once_in_order(run_factory):
+    # given: a running run, its worker storing tokens while the viewer waits
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+
+    async def worker():
+        for position in range(6):
+            await asyncio.sleep(0.05)
+            await pooled(store)(run, position)
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == list("012345")
+    assert events[-1]["event"] == "done"
+
+
+def test_a_quiet_stream_sends_heartbeats(run_factory, settings):
+    # given
+    settings.PLAYGROUND_SSE_HEARTBEAT_S = 0.05
+    run = run_factory(status="queued")
+
+    # when
+    events = read(run, stop=lambda event: "comment" in event)
+
+    # then
+    assert events[-1] == {"comment": "ping"}
+
+
+def test_a_run_whose_worker_stopped_responding_ends_failed(run_factory, settings):
+    # given
+    stale = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
+    run = run_factory(tokens=2, status="running", heartbeat_at=stale, worker="w@gpu1")
+
+    # when
+    events = read(run)
+
+    # then
+    assert [e.get("id") for e in events[1:3]] == ["0", "1"]
+    assert events[-1]["event"] == "error"
+    assert "w@gpu1" in events[-1]["data"]["error"]
+
+
+# -- the view
+
+
+def get(path: str, **headers):
+    async def go():
+        response = await AsyncClient().get(path, headers=headers)
+        if not response.streaming:
+            return response, ""
+        body = [chunk async for chunk in response.streaming_content]
+        return response, b"".join(c if isinstance(c, bytes) else c.encode() for c in body)
+
+    return run_async(go())
+
+
+def test_the_view_streams_server_sent_events(run_factory):
+    # given
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    response, body = get(run.get_events_url(), **{"Last-Event-ID": "1"})
+
+    # then
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    assert response["Cache-Control"] == "no-cache"
+    assert [e.get("id") for e in parse([body.decode()])] == [None, "2", None]
+
+
+def test_the_view_takes_the_resume_point_from_the_query_too(run_factory):
+    # given
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    _, body = get(f"{run.get_events_url()}?last_event_id=0")
+
+    # then
+    assert [e.get("id") for e in parse([body.decode()])] == [None, "1", "2", None]
+
+
+def test_a_malformed_last_event_id_is_a_400(run_factory):
+    # when
+    response, _ = get(run_factory().get_events_url(), **{"Last-Event-ID": "x"})
+
+    # then
+    assert response.status_code == 400
+
+
+def test_an_unknown_run_is_a_404(db):
+    # when
+    response, _ = get("/runs/00000000-0000-0000-0000-000000000000/events")
+
+    # then
+    assert response.status_code == 404
+
+
+# -- the full stack's Redis stream
+
+
+@pytest.fixture
+def full_stack(settings, redis_url):
+    settings.REDIS_URL = redis_url
+    redis.Redis.from_url(redis_url).flushdb()
+    streams.stream_reset_client()
+    yield redis_url
+    streams.stream_reset_client()
+
+
+@pytest.mark.services
+def test_live_events_come_from_the_redis_stream_after_the_stored_ones(full_stack, run_factory):
+    # given: positions 0-2 stored and published, the rest still to come
+    run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
+    streams.publish_tokens(run_id=run.id, events=[make_event(p) for p in range(3)])
+
+    async def worker():
+        await asyncio.sleep(0.1)
+        for position in range(3, 6):
+            await pooled(store)(run, position)
+            streams.publish_tokens(run_id=run.id, events=[make_event(position)])
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done", stats={"x": 1})
+        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == list("012345")
+    assert events[-1] == {
+        "event": "done",
+        "data": {"status": "done", "stats": {"x": 1}, "error": ""},
+    }
+
+
+@pytest.mark.services
+def test_the_stream_entries_are_keyed_by_position(full_stack, run_factory):
+    # given
+    run = run_factory()
+    client = redis.Redis.from_url(full_stack)
+
+    # when: an event published twice (a replay) and the end
+    streams.publish_tokens(run_id=run.id, events=[make_event(0), make_event(1)])
+    streams.publish_tokens(run_id=run.id, events=[make_event(1)])
+    streams.publish_end(run_id=run.id, last_position=1, event="done", data={"status": "done"})
+
+    # then
+    entries = client.xrange(streams.stream_key(run.id))
+    assert [entry_id for entry_id, _ in entries] == [b"1-0", b"2-0", b"2-1"]
+    assert json.loads(entries[1][1][b"data"])["position"] == 1
+    assert 0 < client.ttl(streams.stream_key(run.id)) <= 3600
+
+
+@pytest.mark.services
+def test_tokens_stored_but_never_published_are_not_lost(full_stack, run_factory):
+    # given: the worker stored position 2 and died before publishing it; the sweep ended it
+    run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
+    streams.publish_tokens(run_id=run.id, events=[make_event(0), make_event(1)])
+
+    async def sweep():
+        await asyncio.sleep(0.1)
+        await pooled(services.run_fail)(run_id=run.id, reason="lost")
+
+    # when: a viewer that had position 0 already
+    events = read(run, after=0, during=sweep)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == ["1", "2"]
+    assert events[-1] == {"event": "error", "data": {"status": "failed", "error": "lost"}}
+
+
+@pytest.mark.services
+def test_a_position_missing_from_the_stream_is_read_from_the_store(full_stack, run_factory):
+    # given: the viewer has what was stored; then position 2's publish is lost
+    run = run_factory(tokens=2, status="running", heartbeat_at=timezone.now())
+
+    async def worker():
+        await asyncio.sleep(0.2)
+        await pooled(store)(run, 2)
+        await pooled(store)(run, 3)
+        streams.publish_tokens(run_id=run.id, events=[make_event(3)])
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
+        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == list("0123")
+    assert events[-1]["event"] == "done"
+
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+def test_viewers_poll_the_database_when_redis_is_unreachable(run_factory, settings):
+    # given
+    settings.REDIS_URL = UNREACHABLE
+    streams.stream_reset_client()
+    run = run_factory(tokens=1, status="running", heartbeat_at=timezone.now())
+
+    async def worker():
+        await asyncio.sleep(0.2)
+        await pooled(store)(run, 1)
+        await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
+
+    # when
+    events = read(run, during=worker)
+
+    # then
+    assert [e.get("id") for e in events if e.get("event") == "token"] == ["0", "1"]
+    assert events[-1]["event"] == "done"
+
+
+def test_publishing_to_an_unreachable_redis_is_not_an_error(settings, run_factory):
+    # given
+    settings.REDIS_URL = UNREACHABLE
+    streams.stream_reset_client()
+    run = run_factory()
+
+    # when
+    streams.publish_tokens(run_id=run.id, events=[make_event(0)])
+    streams.publish_end(run_id=run.id, last_position=0, event="done", data={})
+
+    # then: nothing raised
+    streams.stream_reset_client()

@@ -1,0 +1,63 @@
+import pytest
+from django.db import IntegrityError
+
+from playground.models import Run, RunToken
+
+
+def test_a_run_reads_as_its_model_status_and_prompt(run_factory):
+    # given
+    run = run_factory(prompt="x" * 100)
+
+    # then
+    assert str(run).startswith(f"ouro-tiny run {str(run.id)[:8]} (queued): 'xxx")
+    assert str(run).endswith("…'")
+
+
+def test_a_run_links_to_its_permalink_and_its_events(run_factory):
+    # given
+    run = run_factory()
+
+    # then
+    assert run.get_absolute_url() == f"/playground/runs/{run.id}/"
+    assert run.get_events_url() == f"/runs/{run.id}/events"
+
+
+def test_runs_are_listed_newest_first(run_factory):
+    # given
+    older, newer = run_factory(), run_factory()
+
+    # then
+    assert list(Run.objects.all()) == [newer, older]
+
+
+def test_finished_covers_done_cancelled_and_failed(run_factory):
+    # given
+    runs = {status: run_factory(status=status) for status in Run.Status.values}
+
+    # then
+    assert {status for status, run in runs.items() if run.finished} == {
+        "done",
+        "cancelled",
+        "failed",
+    }
+
+
+def test_a_position_is_stored_once_per_run(run_factory):
+    # given
+    run = run_factory(tokens=1)
+    token = RunToken.objects.get()
+
+    # then
+    assert str(token) == "0: 'a' (exit 2)"
+    assert token.get_absolute_url() == f"/playground/runs/{run.id}/#t0"
+    with pytest.raises(IntegrityError):
+        RunToken.objects.create(
+            run=run,
+            position=0,
+            phase="prompt",
+            token_id=1,
+            text="b",
+            exit_loop=1,
+            loops_computed=1,
+            data={},
+        )

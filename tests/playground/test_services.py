@@ -1,0 +1,476 @@
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from playground import recording, services
+from playground.models import Run, RunToken
+from tests.playground.conftest import PROMPT
+from tests.playground.stack import token_view
+
+# -- submit
+
+
+@pytest.mark.django_db
+def test_submit_creates_a_queued_run_and_enqueues_it_on_commit(
+    django_capture_on_commit_callbacks,
+):
+    # when
+    with (
+        mock.patch.object(services, "run_enqueue") as enqueue,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        run = services.run_submit(prompt=PROMPT, q=0.5, loops=2, seed=3)
+
+    # then
+    enqueue.assert_called_once_with(run=run)
+    assert (run.status, run.model, run.trained_loops) == ("queued", "ouro-tiny", 4)
+    assert run.params == {
+        "max_new_tokens": 64,
+        "exit_rule": "q-exit",
+        "q": 0.5,
+        "kl_threshold": 1e-3,
+        "fixed_loops": None,
+        "loops": 2,
+        "kv_policy": "best-available",
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "seed": 3,
+        "top_k": 5,
+        "extrapolate": False,
+    }
+
+
+@pytest.mark.django_db
+def test_the_enqueued_task_goes_to_the_gpu_queue():
+    # given
+    run = Run.objects.create(prompt=PROMPT, model="ouro-tiny")
+
+    # when
+    with mock.patch("workers.tasks.run_generate.apply_async") as apply_async:
+        services.run_enqueue(run=run)
+
+    # then
+    apply_async.assert_called_once()
+    from workers.celery import app
+
+    assert app.amqp.router.route({}, "workers.tasks.run_generate")["queue"].name == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("field", "values"),
+    [
+        ("prompt", {"prompt": "   "}),
+        ("prompt", {"prompt": "x" * 2001}),
+        ("prompt", {"prompt": "a\x00b"}),
+        ("prompt", {"prompt": "x" * 500, "max_new_tokens": 64}),  # 564 > 512 positions
+        ("q", {"q": 0}),
+        ("q", {"q": 1.5}),
+        ("loops", {"loops": 0}),
+        ("loops", {"loops": 5}),  # beyond the trained T = 4 without extrapolate
+        ("loops", {"loops": 9, "extrapolate": True}),  # beyond 2·T
+        ("kv_policy", {"kv_policy": "magic"}),
+        ("exit_rule", {"exit_rule": "never"}),
+        ("fixed_loops", {"exit_rule": "fixed"}),
+        ("max_new_tokens", {"max_new_tokens": 257}),
+        ("max_new_tokens", {"max_new_tokens": -1}),
+        ("temperature", {"temperature": -0.1}),
+        ("top_p", {"top_p": 0}),
+        ("seed", {"seed": -1}),
+        ("model", {"model": "nope"}),
+    ],
+)
+@pytest.mark.django_db
+def test_submit_refuses_out_of_range_values_naming_the_field(field, values):
+    # when
+    with pytest.raises(ValidationError) as caught:
+        services.run_submit(**({"prompt": PROMPT} | values))
+
+    # then
+    assert field in caught.value.message_dict
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_submit_allows_up_to_twice_the_trained_loops_with_extrapolate():
+    # when
+    run = services.run_submit(prompt=PROMPT, loops=8, extrapolate=True)
+
+    # then
+    assert run.params["loops"] == 8 and run.params["extrapolate"] is True
+
+
+@pytest.mark.django_db
+def test_submit_refuses_a_model_whose_directory_is_missing(settings, tmp_path):
+    # given
+    settings.PLAYGROUND_MODELS = {"gone": tmp_path / "gone"}
+
+    # when
+    with pytest.raises(ValidationError) as caught:
+        services.run_submit(prompt=PROMPT)
+
+    # then
+    assert "is not available" in caught.value.message_dict["model"][0]
+
+
+@pytest.mark.django_db
+def test_submit_refuses_when_the_queue_is_full(settings, run_factory):
+    # given
+    settings.PLAYGROUND_MAX_QUEUED = 2
+    run_factory(status="queued")
+    run_factory(status="running", heartbeat_at=timezone.now())
+    run_factory(status="done")
+
+    # when
+    with pytest.raises(services.QueueFull, match="2 runs are already queued or running"):
+        services.run_submit(prompt=PROMPT)
+
+
+@pytest.mark.django_db
+def test_submit_first_clears_runs_whose_worker_died(settings, run_factory):
+    # given
+    settings.PLAYGROUND_MAX_QUEUED = 1
+    stale = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
+    dead = run_factory(status="running", heartbeat_at=stale, worker="w@host")
+
+    # when
+    run = services.run_submit(prompt=PROMPT)
+
+    # then
+    dead.refresh_from_db()
+    assert run.status == "queued"
+    assert dead.status == "failed" and "w@host" in dead.error
+
+
+# -- cancel
+
+
+def test_cancelling_a_queued_run_cancels_it_at_once(run_factory):
+    # when
+    run = services.run_cancel(run=run_factory())
+
+    # then
+    assert run.status == "cancelled" and run.cancel_requested and run.finished_at
+
+
+def test_cancelling_a_running_run_asks_its_worker(run_factory):
+    # when
+    run = services.run_cancel(run=run_factory(status="running"))
+
+    # then
+    assert run.status == "running" and run.cancel_requested
+
+
+def test_cancelling_a_finished_run_changes_nothing(run_factory):
+    # when
+    run = services.run_cancel(run=run_factory(status="done"))
+
+    # then
+    assert run.status == "done" and not run.cancel_requested
+
+
+# -- execute (the worker's side)
+
+
+def _submitted(**params) -> Run:
+    return services.run_submit(prompt=PROMPT, **params)
+
+
+@pytest.mark.django_db
+def test_execute_stores_what_the_engine_generates(direct_events):
+    # given
+    run = _submitted(max_new_tokens=12, seed=5, temperature=0.9)
+
+    # when
+    finished = services.run_execute(run_id=run.id, worker="w@host")
+
+    # then
+    stored = [token.data for token in RunToken.objects.filter(run=run)]
+    assert finished.status == "done" and finished.worker == "w@host"
+    assert finished.started_at <= finished.finished_at
+    assert token_view(stored) == token_view(direct_events(PROMPT, **run.params))
+    assert finished.stats["prompt_tokens"] == len(PROMPT)
+    assert finished.stats["generated_tokens"] == len(stored) - len(PROMPT)
+    assert finished.stats["stopped"] in ("max_new_tokens", "eos")
+
+
+@pytest.mark.django_db
+def test_execute_is_a_no_op_for_a_run_already_finished():
+    # given
+    run = _submitted(max_new_tokens=4)
+    services.run_execute(run_id=run.id, worker="w@host")
+    count = RunToken.objects.count()
+
+    # when: the broker delivers the message again
+    again = services.run_execute(run_id=run.id, worker="w@host")
+
+    # then
+    assert again is None
+    assert RunToken.objects.count() == count
+
+
+@pytest.mark.django_db
+def test_execute_never_stores_a_position_twice(direct_events):
+    # given: a queued run some of whose positions are already stored
+    run = _submitted(max_new_tokens=6)
+    direct = direct_events(PROMPT, **run.params)
+    for event in map(services.event_storable, direct[:5]):
+        RunToken.objects.create(
+            run=run,
+            position=event["position"],
+            phase=event["phase"],
+            token_id=event["token_id"],
+            text=event["text"],
+            exit_loop=event["exit_loop"],
+            loops_computed=event["loops_computed"],
+            data=event,
+        )
+
+    # when
+    services.run_execute(run_id=run.id, worker="w@host")
+
+    # then
+    stored = [token.data for token in RunToken.objects.filter(run=run)]
+    assert token_view(stored) == token_view(direct)
+
+
+@pytest.mark.django_db
+def test_a_redelivered_run_whose_worker_died_is_failed_not_restarted(settings):
+    # given: an earlier attempt left it running, and its heartbeat is stale
+    run = _submitted()
+    stale = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 5)
+    Run.objects.filter(pk=run.pk).update(status="running", heartbeat_at=stale, worker="old")
+
+    # when
+    result = services.run_execute(run_id=run.id, worker="new")
+
+    # then
+    run.refresh_from_db()
+    assert result is None
+    assert run.status == "failed" and "lost mid-run" in run.error
+
+
+@pytest.mark.django_db
+def test_a_run_running_elsewhere_is_left_to_its_worker():
+    # given
+    run = _submitted()
+    Run.objects.filter(pk=run.pk).update(
+        status="running", heartbeat_at=timezone.now(), worker="other"
+    )
+
+    # when
+    result = services.run_execute(run_id=run.id, worker="this")
+
+    # then
+    run.refresh_from_db()
+    assert result is None and run.status == "running"
+
+
+@pytest.mark.django_db
+def test_a_run_cancelled_while_queued_never_starts():
+    # given
+    run = _submitted()
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+
+    # when
+    services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    run.refresh_from_db()
+    assert run.status == "cancelled" and not run.tokens.exists()
+
+
+@pytest.fixture
+def stop_checked_every_token(monkeypatch):
+    monkeypatch.setattr(recording, "STOP_CHECK_EVERY_S", 0)
+
+
+@pytest.mark.django_db
+def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token):
+    # given: cancelled as soon as the third generated token is stored
+    run = _submitted(max_new_tokens=64)
+    add = services.TokenWriter.add
+
+    def add_then_cancel(writer, event):
+        add(writer, event)
+        if event["position"] == len(PROMPT) + 2:
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+
+    # when
+    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "cancelled"
+    assert finished.stats["stopped"] == "stopped"
+    assert run.tokens.filter(phase="generated").count() == 3
+
+
+@pytest.mark.django_db
+def test_a_run_failed_meanwhile_stays_failed(stop_checked_every_token):
+    # given: the sweep fails the run while its worker is still generating
+    run = _submitted(max_new_tokens=32)
+    add = services.TokenWriter.add
+
+    def add_then_fail(writer, event):
+        add(writer, event)
+        if event["position"] == len(PROMPT):
+            services.run_fail(run_id=run.id, reason="swept")
+
+    # when
+    with mock.patch.object(services.TokenWriter, "add", add_then_fail):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed" and finished.error == "swept"
+    assert run.tokens.filter(phase="generated").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_model_gone_since_submit_fails_the_run_with_the_reason(settings, tmp_path):
+    # given
+    run = _submitted()
+    settings.PLAYGROUND_MODELS = {"ouro-tiny": tmp_path / "gone"}
+
+    # when
+    finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed" and "missing" in finished.error
+
+
+@pytest.mark.django_db
+def test_an_engine_error_fails_the_run_with_the_reason():
+    # given
+    run = _submitted()
+
+    # when
+    with mock.patch("kernels.stream.generate_stream", side_effect=RuntimeError("CUDA OOM")):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed"
+    assert finished.error == "the worker hit an error: RuntimeError: CUDA OOM"
+
+
+@pytest.mark.django_db
+def test_cancel_is_checked_at_most_every_few_tens_of_milliseconds():
+    # given: a cancel requested before the first generated token
+    run = _submitted(max_new_tokens=64)
+    add = services.TokenWriter.add
+
+    def add_then_cancel(writer, event):
+        add(writer, event)
+        if event["position"] == len(PROMPT) - 1:
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+
+    # when
+    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then: the first check, after the first generated token, stops it
+    assert finished.status == "cancelled"
+    assert run.tokens.filter(phase="generated").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_run_whose_tokens_cannot_be_stored_still_ends_failed():
+    # given
+    run = _submitted()
+
+    # when
+    with mock.patch.object(
+        services.TokenWriter, "flush", side_effect=RuntimeError("database is down")
+    ):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed" and "database is down" in finished.error
+
+
+@pytest.mark.django_db
+def test_the_soft_time_limit_fails_the_run_with_the_reason(settings):
+    # given
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    run = _submitted()
+
+    # when
+    with mock.patch("kernels.stream.generate_stream", side_effect=SoftTimeLimitExceeded()):
+        finished = services.run_execute(run_id=run.id, worker="w")
+
+    # then
+    assert finished.status == "failed"
+    assert f"{settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit" in finished.error
+
+
+# -- dead workers
+
+
+def test_stale_running_runs_are_failed_with_the_reason(settings, run_factory):
+    # given
+    now = timezone.now()
+    limit = timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S)
+    stale = run_factory(status="running", heartbeat_at=now - limit * 2, worker="w@a")
+    fresh = run_factory(status="running", heartbeat_at=now, worker="w@b")
+
+    # when
+    failed = services.run_fail_stale()
+
+    # then
+    stale.refresh_from_db(), fresh.refresh_from_db()
+    assert failed == [stale.id]
+    assert stale.status == "failed" and "stopped responding" in stale.error
+    assert fresh.status == "running"
+
+
+def test_a_run_no_worker_takes_is_failed_once_it_has_waited_too_long(settings, run_factory):
+    # given
+    old = run_factory()
+    Run.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    )
+    recent = run_factory()
+
+    # when
+    failed = services.run_fail_stale()
+
+    # then
+    old.refresh_from_db(), recent.refresh_from_db()
+    assert failed == [old.id]
+    assert old.status == "failed" and "no worker took it" in old.error
+    assert recent.status == "queued"
+
+
+def test_a_restarted_worker_fails_the_runs_its_earlier_process_left(run_factory):
+    # given
+    mine = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
+    other = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@b")
+
+    # when
+    services.run_fail_orphans(worker="w@a")
+
+    # then
+    mine.refresh_from_db(), other.refresh_from_db()
+    assert mine.status == "failed" and "restarted" in mine.error
+    assert other.status == "running"
+
+
+def test_failing_a_finished_run_changes_nothing(run_factory):
+    # given
+    run = run_factory(status="done")
+
+    # then
+    assert services.run_fail(run_id=run.id, reason="late") is False
+    run.refresh_from_db()
+    assert run.status == "done" and run.error == ""
+
+
+def test_event_texts_are_stored_with_nul_shown_as_a_symbol():
+    # then
+    assert services.event_storable({"text": "a\x00", "top": [[0, "\x00", 0.5]]}) == {
+        "text": "a\u2400",
+        "top": [[0, "\u2400", 0.5]],
+    }

@@ -1,0 +1,59 @@
+"""Celery tasks: thin wrappers that take a run id and call ``playground.services``.
+
+``run_generate`` runs on queue ``gpu`` (``CELERY_TASK_ROUTES``), acknowledged late with
+prefetch 1 (settings), under soft and hard time limits. It is idempotent: a redelivered
+message finds the run already claimed or finished and does nothing (see ``run_claim``).
+"""
+
+import logging
+import socket
+
+from celery import shared_task
+from celery.exceptions import TimeLimitExceeded
+from celery.signals import task_failure, worker_ready
+from django.conf import settings
+
+from playground import services
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(
+    name="workers.tasks.run_generate",
+    acks_late=True,
+    soft_time_limit=settings.PLAYGROUND_SOFT_TIME_LIMIT_S,
+    time_limit=settings.PLAYGROUND_HARD_TIME_LIMIT_S,
+    bind=True,
+)
+def run_generate(self, run_id: str) -> None:
+    worker = (self.request.hostname if self.request else "") or socket.gethostname()
+    services.run_execute(run_id=run_id, worker=worker)
+
+
+@task_failure.connect
+def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, **kwargs):
+    """The task died outside the service's own handling (a killed pool process, the hard
+    time limit): the run records the reason instead of staying ``running``."""
+    if getattr(sender, "name", None) != run_generate.name:
+        return
+    run_id = (args or [None])[0] or (kwargs.get("kwargs") or {}).get("run_id")
+    if not run_id:
+        return
+    if isinstance(exception, TimeLimitExceeded):
+        reason = f"it ran past the {settings.PLAYGROUND_HARD_TIME_LIMIT_S} s hard time limit"
+    else:
+        reason = f"its worker process was lost: {exception!r}"
+    services.run_fail(run_id=run_id, reason=reason)
+
+
+@worker_ready.connect
+def _worker_ready(sender=None, **kwargs):
+    """Runs left ``running`` by an earlier process under this worker's name are dead;
+    so are runs anywhere whose heartbeat went stale."""
+    hostname = getattr(sender, "hostname", "")
+    try:
+        if hostname:
+            services.run_fail_orphans(worker=hostname)
+        services.run_fail_stale()
+    except Exception:  # the sweep must never keep a worker from starting
+        logger.exception("startup sweep of stale runs failed")
