@@ -163,6 +163,9 @@ class Engine:
         self.top_k = top_k
         self.tracing = bool(top_k) if trace is None else trace
         self.flops = FlopModel(self.config)
+        # The full-depth baseline does what this run shows: with a trace, a logit lens at
+        # every loop; else one LM-head call per token, at its last loop.
+        self.full_heads = self.n_loops if self.tracing else 1
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
         self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
@@ -287,7 +290,7 @@ class Engine:
         n_real = sum(lengths)
         work.token_loops_full = n_real * self.n_loops
         work.flops_full = self.n_loops * self.flops.loops(n_real, float(keys[real.flatten()].sum()))
-        work.flops_full += self.flops.head * n_real
+        work.flops_full += self.flops.head * self.full_heads * n_real
 
         x = self.body.embed_tokens(ids).flatten(0, 1)  # (B*S, H)
         active = real.clone()  # (B, S)
@@ -519,7 +522,8 @@ class Engine:
 
     def _start_token(self, work: Work, position: int) -> None:
         work.token_loops_full += self.n_loops
-        work.flops_full += self.flops.loops(1, position + 1) * self.n_loops + self.flops.head
+        work.flops_full += self.flops.loops(1, position + 1) * self.n_loops
+        work.flops_full += self.flops.head * self.full_heads
 
     def _decode_plan(
         self, cache: DepthKVCache, live: list[int], pos: Tensor, loops: list[int]

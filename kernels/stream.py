@@ -174,7 +174,8 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
         running.token_loops_full += engine.n_loops
         running.flops_executed += flops.loops(record.loops_computed, keys * record.loops_computed)
         running.flops_executed += flops.head * record.loops_computed  # the logit lens
-        running.flops_full += flops.loops(engine.n_loops, keys * engine.n_loops) + flops.head
+        running.flops_full += flops.loops(engine.n_loops, keys * engine.n_loops)
+        running.flops_full += flops.head * engine.full_heads
         exits.append(record.exit_loop)
         yield _event(record, pieces, running, cache, start)
     prompt_work = prefill.work

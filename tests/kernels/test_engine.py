@@ -195,6 +195,17 @@ def test_work_counts_match_the_flop_model(ouro_tiny, prompts):
     assert 0 < skipped.executed_fraction < 1
 
 
+def test_traced_full_depth_baseline_includes_the_logit_lens(ouro_tiny, prompts):
+    # given a logit lens at every computed loop (what the playground shows)
+    full = Engine(ouro_tiny.model, QExit(1.0), top_k=3).prefill(prompts).work
+    skipped = Engine(ouro_tiny.model, QExit(0.5), top_k=3).prefill(prompts).work
+
+    # then full depth executes exactly its baseline, and skipping executes less
+    assert full.flops_executed == pytest.approx(full.flops_full)
+    assert skipped.flops_full == pytest.approx(full.flops_full)
+    assert skipped.flops_executed < full.flops_executed
+
+
 # -- loops beyond training, trace ---------------------------------------------------------------
 def test_more_loops_than_trained_extrapolate(ouro_tiny, prompts):
     engine = Engine(ouro_tiny.model, QExit(1.0), loops=6)

@@ -43,6 +43,18 @@ def test_events_carry_the_loops_and_the_work(ouro_tiny):
     assert summary["kv_policy"] == "best-available" and summary["exit_rule"] == "q-exit"
 
 
+def test_streamed_flops_never_exceed_the_full_depth_baseline(ouro_tiny):
+    # given the logit lens at every loop, at full depth and with exits
+    full, full_summary = run(ouro_tiny, GenerationParams(max_new_tokens=4, q=1.0, top_k=4))
+    _, summary = run(ouro_tiny, GenerationParams(max_new_tokens=4, q=0.6, top_k=4))
+
+    # then full depth executes exactly its baseline, at every event, and exits execute less
+    for event in full:
+        assert event["work"]["flops_executed"] == pytest.approx(event["work"]["flops_full"])
+    assert full_summary["flops_executed"] == pytest.approx(full_summary["flops_full"])
+    assert summary["flops_executed"] < summary["flops_full"]
+
+
 def test_same_request_same_events(ouro_tiny):
     params = GenerationParams(max_new_tokens=6, q=0.7, temperature=0.9, top_p=0.9, seed=3)
 
