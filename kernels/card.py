@@ -52,7 +52,8 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         "",
         f"- documents: {c['documents']} ({sources}), "
         f"{c['characters']:,} characters, sha256 `{c['sha256'][:16]}…`",
-        f"- held-out split by document (seeded hash, {_pct(c['heldout_fraction'])}): "
+        f"- held-out split by document (seeded hash, {_pct(c['heldout_fraction'])} of the "
+        "standard-library documents; the atlas text is always training text): "
         f"{c['heldout_documents']} documents, {training['heldout_tokens']:,} tokens; "
         f"training: {c['train_documents']} documents, {training['train_tokens']:,} tokens",
         f"- tokenizer: byte-level BPE, {s['vocab_size']} tokens, trained on the training "
@@ -162,7 +163,7 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         "",
         "The evaluation is deterministic (fixed windows, "
         f"{evaluation['threads']} thread(s), greedy); it rebuilds the held-out split from the "
-        "running interpreter and refuses a different corpus digest.",
+        "running interpreter and refuses held-out text with another digest.",
         "",
     ]
     return "\n".join(lines)

@@ -3,7 +3,7 @@
     python -m kernels.evaluate kernels/models/pydoc-loop     # writes evaluation.json + README.md
 
 The held-out text is rebuilt from the corpus with the split recorded in ``training.json``
-(so it needs the same Python version; the corpus digest is checked). Windows of
+(so it needs the same Python version; its digest is checked). Windows of
 ``length`` tokens are spread evenly over it. Exits are the real engine's: Q-exit with
 best-available KV, the skipping prefill of :class:`kernels.engine.Engine` (exactly
 DESIGN.md's semantics), next to full depth (q = 1) and the reference per-loop losses.
@@ -42,21 +42,24 @@ PROMPTS = (
 
 
 def heldout_ids(path: Path, loaded: LoadedModel) -> tuple[Tensor, str]:
-    """The held-out token stream of the run that trained ``path``, and the corpus digest."""
-    training = json.loads((path / "training.json").read_text())
-    docs = corpus.documents()
-    digest = corpus.digest(docs)
-    if digest != training["corpus"]["sha256"]:
-        raise RuntimeError(
-            f"this interpreter's corpus ({digest[:12]}, Python "
-            f"{corpus.describe(docs)['python']}) is not the one the model was trained on "
-            f"({training['corpus']['sha256'][:12]}, Python {training['corpus']['python']})"
-        )
+    """The held-out token stream of the run that trained ``path``, and its text's digest.
+
+    Raises ``RuntimeError`` when this interpreter's held-out text is not the one the model
+    was evaluated on (another Python version has another standard library).
+    """
+    recorded = json.loads((path / "training.json").read_text())["corpus"]
     _, heldout = corpus.split(
-        docs,
-        seed=training["corpus"]["split_seed"],
-        heldout_fraction=training["corpus"]["heldout_fraction"],
+        corpus.documents(),
+        seed=recorded["split_seed"],
+        heldout_fraction=recorded["heldout_fraction"],
     )
+    digest = corpus.digest(heldout)
+    if digest != recorded["heldout_sha256"]:
+        raise RuntimeError(
+            f"the held-out text of this interpreter (Python {corpus.describe([])['python']}, "
+            f"{digest[:12]}) is not the model's (Python {recorded['python']}, "
+            f"{recorded['heldout_sha256'][:12]})"
+        )
     return corpus.encode(loaded.tokenizer, heldout, loaded.tokenizer.eos_token_id), digest
 
 
@@ -250,7 +253,7 @@ def evaluate_directory(path: str | Path, threads: int = 1) -> dict[str, Any]:
     path = Path(path)
     loaded = load_checkpoint(path, device="cpu")
     ids, digest = heldout_ids(path, loaded)
-    result = {"corpus_sha256": digest, "threads": threads, **evaluate(loaded, ids)}
+    result = {"heldout_sha256": digest, "threads": threads, **evaluate(loaded, ids)}
     result["check"] = evaluate(loaded, ids, **CHECK)
     (path / "evaluation.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return result

@@ -61,6 +61,15 @@ def test_heldout_split_is_by_document_seeded_and_stable():
     assert {d.name for d in other_seed} != {d.name for d in heldout}
 
 
+def test_atlas_text_is_never_held_out():
+    # the atlas is edited as it is corrected; held-out text must stay fixed
+    docs = [corpus.Document(f"atlas/w{i}", "A work.\n") for i in range(200)]
+
+    train, heldout = corpus.split(docs, seed=0, heldout_fraction=0.5)
+
+    assert heldout == [] and len(train) == 200
+
+
 def test_digest_changes_with_any_text():
     docs = [corpus.Document("a", "x"), corpus.Document("b", "y")]
 
