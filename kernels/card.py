@@ -15,16 +15,32 @@ SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def exits_inline(tokens: list[list[Any]]) -> str:
-    """Tokens with their exit loop as a superscript: ``def¹ read³`` (↵ marks a newline)."""
+    """Tokens with their exit loop as a superscript: ``def¹ add³``. A newline shows as ↵
+    with the superscript after it, then breaks the line (indentation goes on the next)."""
     parts = []
     for text, exit_loop, *_ in tokens:
-        shown = text.replace("\n", "↵\n")
-        parts.append(f"{shown}{str(exit_loop).translate(SUPERSCRIPT)}")
+        sup = str(exit_loop).translate(SUPERSCRIPT)
+        head, newline, tail = text.rpartition("\n")
+        if newline:
+            parts.append(f"{head.replace(chr(10), '↵')}↵{sup}\n{tail}")
+        else:
+            parts.append(f"{text}{sup}")
     return "".join(parts)
 
 
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
+
+
+def _command_note(training: dict[str, Any]) -> str:
+    if "command_wall_time_s" not in training:
+        return ""
+    if training.get("resumed"):
+        return (
+            " (summed over the parts of a resumed run; its last command took "
+            f"{training['command_wall_time_s']:.0f} s)"
+        )
+    return f" (the one command: {training['command_wall_time_s']:.0f} s)"
 
 
 def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str) -> str:
@@ -62,7 +78,7 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         "## Model",
         "",
         f"- {training['parameters']:,} parameters, float32 "
-        f"({s['num_hidden_layers']} shared layers × {n_loops} loops, hidden {s['hidden_size']}, "
+        f"({s['num_hidden_layers']} shared layer(s) × {n_loops} loops, hidden {s['hidden_size']}, "
         f"SwiGLU {s['intermediate_size']}, {s['num_attention_heads']} heads, untied LM head)",
         f"- context: trained on windows of {s['seq_len']} tokens",
         '- files: `config.json` (Ouro format, `model_type: "ouro"`), `model.safetensors`, '
@@ -76,19 +92,11 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         f"- stage 2 (gate only, LM frozen, BCE on sigmoid({s['gain_scale']:g} (I - "
         f"{s['gain_margin']:g})) from detached per-loop losses): {s['stage2_steps']} steps, "
         f"lr {s['gate_lr']}",
-        f"- wall time on {training['threads']} CPU threads ({training['device']}): data "
-        f"{wall.get('data_s', 0):.0f} s, stage 1 {wall['stage1_s']:.0f} s "
-        f"({training['stage1_tokens_per_s']} tokens/s), stage 2 {wall['stage2_s']:.0f} s"
-        + (
-            f"; the whole command, evaluation included: {training['command_wall_time_s']:.0f} s"
-            + (
-                " (a resumed run: stage times are summed over its parts)"
-                if training.get("resumed")
-                else ""
-            )
-            if "command_wall_time_s" in training
-            else ""
-        ),
+        f"- wall time on {training['threads']} CPU thread(s) ({training['device']}, a shared "
+        f"2-core machine): data {wall.get('data_s', 0):.0f} s, stage 1 {wall['stage1_s']:.0f} s "
+        f"({training['stage1_tokens_per_s']} tokens/s), stage 2 {wall['stage2_s']:.0f} s, "
+        f"evaluation {wall.get('evaluation_s', 0):.0f} s; "
+        f"{sum(wall.values()) / 60:.1f} min end to end" + _command_note(training),
         "",
         f"## Held-out evaluation ({evaluation['windows']} windows of "
         f"{evaluation['length']} tokens)",
