@@ -1,0 +1,65 @@
+"""Ouro's two training objectives over the loops (seeds 000/001, §3.4 of the paper).
+
+Stage one trains the LM and the gate together on the expected loss under the stopping
+distribution, with an entropy bonus that keeps mass on every loop::
+
+    sum_t p_t L_t - beta H(p)
+
+Stage two freezes the LM and trains only the gate, from what the next loop really
+bought: the realised gain I_{t+1} = max(0, L_t - L_{t+1}) of *detached* per-token
+losses becomes a soft "continue" label sigmoid(k (I_{t+1} - gamma)), and λ_t (the
+probability of stopping at t) is fitted to one minus it with binary cross-entropy. λ_t
+decides whether loop t+1 is worth running, so its label is loop t+1's gain; λ_T is
+never used (the last loop takes the remainder) and gets no label.
+
+All tensors are loop-first, as :class:`kernels.model.LoopOutput` holds them: (T, B, S).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kernels.exits import stopping_distribution
+
+
+def per_loop_losses(step_logits: Tensor, targets: Tensor) -> Tensor:
+    """Next-token cross-entropy of every loop's logits: (T, B, S, V), (B, S) -> (T, B, S)."""
+    n_loops = step_logits.shape[0]
+    flat = F.cross_entropy(
+        step_logits.flatten(0, 2).float(),  # (T*B*S, V)
+        targets.expand(n_loops, *targets.shape).flatten(),  # (T*B*S,)
+        reduction="none",
+    )
+    return flat.view(step_logits.shape[:3])  # (T, B, S)
+
+
+def ponder_loss(losses: Tensor, gate_logits: Tensor, beta: float) -> tuple[Tensor, Tensor]:
+    """Stage one: mean over tokens of sum_t p_t L_t - beta H(p).
+
+    Args:
+        losses: (T, B, S) per-token loss of each loop (with gradient).
+        gate_logits: (T, B, S) raw gate outputs; λ = sigmoid of them.
+        beta: weight of the entropy bonus.
+    Returns:
+        (loss, entropy) scalars; the entropy is detached, for logging.
+    """
+    p = stopping_distribution(torch.sigmoid(gate_logits).movedim(0, -1))  # (B, S, T)
+    expected = (p * losses.movedim(0, -1)).sum(-1)  # (B, S)
+    entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)  # (B, S)
+    return (expected - beta * entropy).mean(), entropy.mean().detach()
+
+
+def continue_targets(losses: Tensor, scale: float, margin: float) -> Tensor:
+    """Soft labels for "run loop t+1": sigmoid(scale (I_{t+1} - margin)), (T, B, S) ->
+    (T-1, B, S). The losses are detached here: labels never carry gradient."""
+    losses = losses.detach()
+    gain = (losses[:-1] - losses[1:]).clamp_min(0)  # I_{t+1} for t = 1..T-1
+    return torch.sigmoid(scale * (gain - margin))
+
+
+def gate_loss(gate_logits: Tensor, losses: Tensor, scale: float, margin: float) -> Tensor:
+    """Stage two: BCE of λ_t = sigmoid(gate_t) against 1 - continue label, t < T."""
+    stop = 1.0 - continue_targets(losses, scale, margin)  # (T-1, B, S)
+    return F.binary_cross_entropy_with_logits(gate_logits[:-1].float(), stop)

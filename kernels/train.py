@@ -1,0 +1,423 @@
+"""Train the shipped looped LM end to end: corpus -> tokenizer -> stage 1 -> stage 2 -> save.
+
+    python -m kernels.train                      # writes kernels/models/pydoc-loop/
+    python -m kernels.train --resume             # continue from var/train/pydoc-loop/state.pt
+    python -m kernels.train --restart-stage2 --gain-margin 0.02   # retune the gate only
+
+Stage one trains everything on Ouro's ``sum_t p_t L_t - beta H(p)``; stage two freezes
+the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.objectives`).
+Everything is seeded: the model init from ``seed``, and batch ``k`` of stage ``s`` from
+(seed, s, k) alone, so a resumed run sees the same batches as an uninterrupted one. The
+run state is saved every ``save_every`` steps; the final directory gets the checkpoint,
+``training.json`` (settings, steps, wall times, validation history), then the evaluation
+and the model card (:mod:`kernels.evaluate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerFast
+
+from kernels import corpus
+from kernels.bpe import train_bpe
+from kernels.card import write_card
+from kernels.checkpoint import save_checkpoint
+from kernels.config import LoopConfig
+from kernels.exits import q_exit
+from kernels.model import LoopedLM
+from kernels.objectives import gate_loss, per_loop_losses, ponder_loss
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a run; each is also a ``--flag`` of the command."""
+
+    out: str = "kernels/models/pydoc-loop"
+    work_dir: str = "var/train/pydoc-loop"
+    seed: int = 0
+    heldout_fraction: float = 0.03
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 704
+    # One shared layer: loop 1 is then a one-layer model that cannot copy from context
+    # (an induction head needs two layers), so later loops have something to add. With two
+    # layers per loop the loops' losses stayed within 0.01 nats of each other.
+    num_hidden_layers: int = 1
+    num_attention_heads: int = 4
+    loops: int = 4
+    seq_len: int = 128
+    batch_size: int = 16
+    stage1_steps: int = 1200
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    beta: float = 0.02  # stage one's entropy weight (larger evens out the loops' losses)
+    sublayer_norm_init: float = 0.1  # the sandwich's output norms start small (see Run)
+    gate_bias_init: float = -3.0  # λ ≈ 0.05 at first: 87% of the stopping mass on loop T
+    gate_warmup_steps: int = 600  # stage one keeps that constant gate this many steps
+    stage1_gate_lr_scale: float = 0.1  # then the gate moves slower than the LM
+    stage2_steps: int = 300
+    gate_lr: float = 1e-2
+    gain_scale: float = 50.0  # stage two: k in sigmoid(k (I - gamma))
+    # stage two: gamma, in nats. Chosen on training windows from the stage-one model's gains
+    # (median I_2 = 0.026, I_4 = 0.001 nats): 0.005 kept 72% of tokens at loop 4 at q = 0.7
+    # (held-out average depth 3.69); 0.03 spreads them over all four loops.
+    gain_margin: float = 0.03
+    eval_every: int = 100
+    eval_windows: int = 64
+    eval_length: int = 64
+    save_every: int = 50
+    # One intra-op thread: on a shared 2-core machine a second thread that loses its core
+    # stalls every barrier (measured: 7.6 s/step with 2 threads beside one busy process,
+    # 1.3 s/step with 1 thread).
+    threads: int = 1
+    device: str = "auto"
+    evaluate: bool = True
+
+    @property
+    def work(self) -> Path:
+        return Path(self.work_dir)
+
+
+@dataclass
+class Data:
+    tokenizer: PreTrainedTokenizerFast
+    train: Tensor  # (N,) int64 token stream of the training documents
+    heldout: Tensor  # (M,) int64 token stream of the held-out documents
+    corpus: dict[str, Any]
+
+
+def prepare_data(cfg: TrainConfig, docs: list[corpus.Document] | None = None) -> Data:
+    """Split the corpus, train (or reuse) the tokenizer, encode both splits (cached)."""
+    docs = corpus.documents() if docs is None else docs
+    train_docs, heldout_docs = corpus.split(
+        docs, seed=cfg.seed, heldout_fraction=cfg.heldout_fraction
+    )
+    info = {
+        **corpus.describe(docs),
+        "heldout_sha256": corpus.digest(heldout_docs),
+        "train_documents": len(train_docs),
+        "heldout_documents": len(heldout_docs),
+        "heldout_fraction": cfg.heldout_fraction,
+        "split_seed": cfg.seed,
+    }
+    key = f"{info['sha256']}-{cfg.seed}-{cfg.heldout_fraction}-{cfg.vocab_size}"
+    tok_dir, cache = cfg.work / "tokenizer", cfg.work / "tokens.pt"
+    if (tok_dir / "tokenizer.json").is_file() and cache.is_file():
+        cached = torch.load(cache)
+        if cached["key"] == key:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tok_dir))
+            return Data(tokenizer, cached["train"], cached["heldout"], info)
+    tokenizer = train_bpe((d.text for d in train_docs), cfg.vocab_size)
+    eos = tokenizer.eos_token_id
+    train_ids = corpus.encode(tokenizer, train_docs, eos)
+    heldout_ids = corpus.encode(tokenizer, heldout_docs, eos)
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(tok_dir))
+    torch.save({"key": key, "train": train_ids, "heldout": heldout_ids}, cache)
+    return Data(tokenizer, train_ids, heldout_ids, info)
+
+
+def model_config(cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast) -> LoopConfig:
+    eos = tokenizer.eos_token_id
+    return LoopConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_attention_heads,
+        max_position_embeddings=max(512, cfg.seq_len),
+        rope_theta=10_000.0,
+        total_ut_steps=cfg.loops,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
+
+
+def batch(ids: Tensor, cfg: TrainConfig, stage: int, step: int) -> Tensor:
+    """Batch ``step`` of ``stage``: random windows, from (seed, stage, step) alone -> (B, S+1)."""
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + stage * 100_003 + step)
+    starts = torch.randint(0, len(ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=g)
+    return ids[starts[:, None] + torch.arange(cfg.seq_len + 1)]  # (B, S+1)
+
+
+@torch.no_grad()
+def validate(model: LoopedLM, windows: Tensor, q: float = 0.7) -> dict[str, Any]:
+    """Per-loop loss and the Q-exit histogram on held-out windows (compute every loop)."""
+    model.eval()
+    out = model(windows[:, :-1])
+    losses = per_loop_losses(out.step_logits, windows[:, 1:])  # (T, B, S)
+    exit_loop = q_exit(torch.sigmoid(out.gate_logits).movedim(0, -1), q)  # (B, S)
+    hist = torch.bincount(exit_loop.flatten() - 1, minlength=model.config.total_ut_steps)
+    model.train()
+    return {
+        "loss_per_loop": [round(v, 4) for v in losses.mean((1, 2)).tolist()],
+        f"exit_histogram_q{q}": [round(v, 4) for v in (hist / hist.sum()).tolist()],
+        f"avg_exit_q{q}": round(exit_loop.float().mean().item(), 4),
+        f"loss_q{q}": round(losses.gather(0, exit_loop[None] - 1).mean().item(), 4),
+    }
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    """Linear warmup, then cosine down to a tenth."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.stage1_steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def stage1_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW; the gate in a slower group of its own (see :class:`Run` for why)."""
+    gate = list(model.model.early_exit_gate.parameters())
+    ids = {id(p) for p in gate}
+    lm = [p for p in model.parameters() if id(p) not in ids]
+    groups = [
+        {"params": [p for p in lm if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in lm if p.ndim < 2]},
+        {"params": gate, "lr_scale": cfg.stage1_gate_lr_scale},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+
+
+def stage2_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Freeze the LM: only the exit gate's parameters train (and get gradients)."""
+    model.zero_grad(set_to_none=True)  # stage one's last gradients
+    model.requires_grad_(False)
+    model.model.early_exit_gate.requires_grad_(True)
+    return torch.optim.Adam(model.model.early_exit_gate.parameters(), lr=cfg.gate_lr)
+
+
+def stage1_step(model: LoopedLM, opt, tokens: Tensor, cfg: TrainConfig, step: int) -> float:
+    for group in opt.param_groups:
+        group["lr"] = _lr(cfg, step) * group.get("lr_scale", 1.0)
+    model.model.early_exit_gate.requires_grad_(step >= cfg.gate_warmup_steps)
+    out = model(tokens[:, :-1])
+    losses = per_loop_losses(out.step_logits, tokens[:, 1:])  # (T, B, S)
+    loss, _ = ponder_loss(losses, out.gate_logits, cfg.beta)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
+def stage2_step(model: LoopedLM, opt, tokens: Tensor, cfg: TrainConfig) -> float:
+    """The LM runs without autograd; its detached per-loop losses label the gate."""
+    with torch.no_grad():
+        out = model(tokens[:, :-1])
+        losses = per_loop_losses(out.step_logits, tokens[:, 1:])  # (T, B, S)
+    gate_logits = model.model.gate(out.step_hidden)  # (T, B, S), grad to the gate only
+    loss = gate_loss(gate_logits, losses, cfg.gain_scale, cfg.gain_margin)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+class Run:
+    """One training run's mutable state, saved to and restored from ``work/state.pt``."""
+
+    def __init__(self, cfg: TrainConfig, data: Data, device: torch.device) -> None:
+        self.cfg, self.data, self.device = cfg, data, device
+        torch.manual_seed(cfg.seed)
+        self.config = model_config(cfg, data.tokenizer)
+        self.model = LoopedLM(self.config).to(device).train()
+        # The gate starts constant (zero weights), with most of the mass on the last loop.
+        # With the library's zero bias, λ = 0.5 gives p = (.5, .25, .125, .125), and a gate
+        # that learns from step 0 follows loop 1, which learns fastest at first: the mass
+        # moves to loop 1 and the later loops stay worse (measured: L_1 < L_2 < L_3 < L_4
+        # after 60 steps). Kept constant for ``gate_warmup_steps``, the loops learn to
+        # refine first; then the gate learns which tokens need them.
+        nn.init.zeros_(self.model.model.early_exit_gate.weight)
+        nn.init.constant_(self.model.model.early_exit_gate.bias, cfg.gate_bias_init)
+        # Ouro's sandwich norms the output of each sublayer before adding it: with unit
+        # weights every sublayer writes a unit-RMS vector onto a residual stream that
+        # holds a 0.02-RMS embedding, and each extra loop adds four of them. Deeper loops
+        # then start as noise and train slower than loop 1 (measured: L_1 < ... < L_4 at
+        # step 100 although loop 4 held 68% of the weight). Small output norms make each
+        # loop start near the identity on its input, a refinement (LayerScale's idea).
+        for layer in self.model.model.layers:
+            nn.init.constant_(layer.input_layernorm_2.weight, cfg.sublayer_norm_init)
+            nn.init.constant_(layer.post_attention_layernorm_2.weight, cfg.sublayer_norm_init)
+        self.stage, self.step = 1, 0
+        self.elapsed = {"stage1_s": 0.0, "stage2_s": 0.0}
+        self.history: list[dict[str, Any]] = []
+        self.opt = stage1_optimizer(self.model, cfg)
+        self.valid = corpus.windows(data.heldout, cfg.eval_length, cfg.eval_windows).to(device)
+
+    @property
+    def state_path(self) -> Path:
+        return self.cfg.work / "state.pt"
+
+    def save(self) -> None:
+        self.cfg.work.mkdir(parents=True, exist_ok=True)
+        state = {
+            "stage": self.stage,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "elapsed": self.elapsed,
+            "history": self.history,
+        }
+        torch.save(state, self.state_path.with_suffix(".tmp"))
+        self.state_path.with_suffix(".tmp").replace(self.state_path)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.stage, self.step = state["stage"], state["step"]
+        self.elapsed, self.history = state["elapsed"], state["history"]
+        if self.stage == 2:
+            self.opt = stage2_optimizer(self.model, self.cfg)
+        self.opt.load_state_dict(state["optimizer"])
+
+    def restart_stage2(self) -> None:
+        """Start stage two again from the model saved when stage one ended."""
+        stage1 = torch.load(self.cfg.work / "stage1.pt", map_location=self.device)
+        self.model.load_state_dict(stage1["model"])
+        self.elapsed = stage1["elapsed"]
+        self.history = [h for h in stage1["history"] if h["stage"] == 1]
+        self.stage, self.step = 2, 0
+        self.opt = stage2_optimizer(self.model, self.cfg)
+
+    def _log_validation(self) -> None:
+        record = {"stage": self.stage, "step": self.step, **validate(self.model, self.valid)}
+        self.history.append(record)
+        tqdm.write(json.dumps(record))
+
+    def run_stage(self, stage: int, steps: int) -> None:
+        cfg, tokens_per_step = self.cfg, cfg_tokens(self.cfg)
+        bar = tqdm(total=steps, initial=self.step, desc=f"stage {stage}", dynamic_ncols=True)
+        while self.step < steps:
+            start = time.perf_counter()
+            tokens = batch(self.data.train, cfg, stage, self.step).to(self.device)
+            if stage == 1:
+                loss = stage1_step(self.model, self.opt, tokens, cfg, self.step)
+            else:
+                loss = stage2_step(self.model, self.opt, tokens, cfg)
+            seconds = time.perf_counter() - start
+            self.elapsed[f"stage{stage}_s"] += seconds
+            self.step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_step / seconds:.0f}")
+            if self.step % cfg.eval_every == 0 or self.step == steps:
+                self._log_validation()
+            if self.step % cfg.save_every == 0 or self.step == steps:
+                self.save()
+        bar.close()
+
+
+def cfg_tokens(cfg: TrainConfig) -> int:
+    return cfg.batch_size * cfg.seq_len
+
+
+def train(
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    restart_stage2: bool = False,
+    docs: list[corpus.Document] | None = None,
+) -> Run:
+    """Both stages, resumable; returns the run (its model is the trained one).
+    ``docs`` replaces the corpus (tests)."""
+    torch.set_num_threads(cfg.threads)
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(auto if cfg.device == "auto" else cfg.device)
+    start = time.perf_counter()
+    data = prepare_data(cfg, docs)
+    run = Run(cfg, data, device)
+    run.elapsed["data_s"] = time.perf_counter() - start
+    if restart_stage2:
+        run.restart_stage2()
+    elif resume and run.state_path.is_file():
+        run.restore(torch.load(run.state_path, map_location=device))
+    if run.stage == 1:
+        run.run_stage(1, cfg.stage1_steps)
+        torch.save({"model": run.model.state_dict(), **_meta(run)}, cfg.work / "stage1.pt")
+        run.stage, run.step = 2, 0
+        run.opt = stage2_optimizer(run.model, cfg)
+        run.save()
+    run.run_stage(2, cfg.stage2_steps)
+    return run
+
+
+def _meta(run: Run) -> dict[str, Any]:
+    return {"elapsed": dict(run.elapsed), "history": list(run.history)}
+
+
+def save_model(run: Run) -> Path:
+    """The checkpoint directory plus ``training.json`` (what the model card reports)."""
+    cfg = run.cfg
+    out = save_checkpoint(run.model.eval(), run.config, cfg.out, run.data.tokenizer)
+    train_s = run.elapsed["stage1_s"] + run.elapsed["stage2_s"]
+    tokens = cfg_tokens(cfg) * (cfg.stage1_steps + cfg.stage2_steps)
+    summary = {
+        "settings": asdict(cfg),
+        "corpus": run.data.corpus,
+        "train_tokens": len(run.data.train),
+        "heldout_tokens": len(run.data.heldout),
+        "parameters": sum(p.numel() for p in run.model.parameters()),
+        "steps": {"stage1": cfg.stage1_steps, "stage2": cfg.stage2_steps},
+        "tokens_seen": tokens,
+        "wall_time_s": {k: round(v, 1) for k, v in run.elapsed.items()},
+        "stage1_tokens_per_s": round(cfg_tokens(cfg) * cfg.stage1_steps / run.elapsed["stage1_s"]),
+        "train_time_s": round(train_s, 1),
+        "threads": cfg.threads,
+        "device": str(run.device),
+        "torch": torch.__version__,
+        "history": run.history,
+    }
+    (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(prog="python -m kernels.train", description=__doc__)
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            parser.add_argument(flag, type=kind, default=f.default)
+    parser.add_argument("--resume", action="store_true", help="continue from work-dir/state.pt")
+    parser.add_argument(
+        "--restart-stage2", action="store_true", help="rerun stage two from stage1.pt"
+    )
+    args = parser.parse_args(argv)
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    return cfg, args
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, args = parse_args(argv)
+    wall = time.perf_counter()
+    run = train(cfg, resume=args.resume, restart_stage2=args.restart_stage2)
+    out = save_model(run)
+    print(f"saved {out} after {time.perf_counter() - wall:.0f} s")
+    if cfg.evaluate:
+        from kernels.evaluate import evaluate_directory
+
+        start = time.perf_counter()
+        evaluate_directory(out)
+        summary = json.loads((out / "training.json").read_text())
+        summary["wall_time_s"]["evaluation_s"] = round(time.perf_counter() - start, 1)
+        summary["command_wall_time_s"] = round(time.perf_counter() - wall, 1)
+        summary["resumed"] = args.resume or args.restart_stage2
+        (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+        write_card(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+import pytest
+import torch
+
+from kernels import corpus
+from kernels.checkpoint import load_checkpoint
+from kernels.exits import stopping_distribution
+from kernels.objectives import continue_targets, gate_loss, per_loop_losses, ponder_loss
+from kernels.stream import GenerationParams, generate_stream
+from kernels.train import (
+    Run,
+    TrainConfig,
+    batch,
+    prepare_data,
+    save_model,
+    stage1_step,
+    stage2_optimizer,
+    stage2_step,
+    train,
+)
+from tests.kernels.test_corpus import TEXTS
+
+DOCS = [corpus.Document(f"stdlib/m{i:02}.py", text) for i, text in enumerate(TEXTS)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As training does: a second intra-op thread on a busy 2-core machine is 60x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(tmp_path, **changes) -> TrainConfig:
+    values = dict(
+        out=str(tmp_path / "model"),
+        work_dir=str(tmp_path / "work"),
+        heldout_fraction=0.2,
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        loops=3,
+        seq_len=24,
+        batch_size=8,
+        stage1_steps=30,
+        warmup_steps=5,
+        gate_warmup_steps=10,
+        lr=1e-2,
+        stage2_steps=40,
+        gate_lr=0.05,
+        eval_every=1000,
+        eval_windows=4,
+        eval_length=16,
+        save_every=1000,
+    )
+    return TrainConfig(**{**values, **changes})
+
+
+@pytest.fixture
+def run(tmp_path) -> Run:
+    cfg = tiny(tmp_path)
+    return Run(cfg, prepare_data(cfg, DOCS), torch.device("cpu"))
+
+
+def ponder_on(run: Run, tokens: torch.Tensor) -> float:
+    with torch.no_grad():
+        out = run.model(tokens[:, :-1])
+        losses = per_loop_losses(out.step_logits, tokens[:, 1:])
+        return ponder_loss(losses, out.gate_logits, run.cfg.beta)[0].item()
+
+
+def gate_loss_on(run: Run, tokens: torch.Tensor) -> float:
+    with torch.no_grad():
+        out = run.model(tokens[:, :-1])
+        losses = per_loop_losses(out.step_logits, tokens[:, 1:])
+        return gate_loss(out.gate_logits, losses, run.cfg.gain_scale, run.cfg.gain_margin).item()
+
+
+def test_ponder_loss_weights_loop_losses_by_the_stopping_distribution():
+    # given conditionals (0.2, 0.5, ·) -> p = (0.2, 0.4, 0.4) for one token
+    lam = torch.tensor([0.2, 0.5, 0.9])
+    gate_logits = torch.logit(lam).view(3, 1, 1).requires_grad_()
+    losses = torch.tensor([3.0, 2.0, 1.0]).view(3, 1, 1).requires_grad_()
+
+    # when
+    loss, entropy = ponder_loss(losses, gate_logits, beta=0.1)
+    loss.backward()
+
+    # then
+    p = torch.tensor(stopping_distribution([0.2, 0.5, 0.9]))
+    expected_entropy = -(p * p.log()).sum()
+    torch.testing.assert_close(entropy, expected_entropy)
+    torch.testing.assert_close(loss, (p * torch.tensor([3.0, 2.0, 1.0])).sum() - 0.1 * entropy)
+    torch.testing.assert_close(losses.grad.flatten(), p)  # each loop trained by its mass
+    assert gate_logits.grad[:2].abs().min() > 0 and gate_logits.grad[2].item() == 0  # λ_T unused
+
+
+def test_continue_labels_come_from_detached_adjacent_gains():
+    # given per-loop losses of two tokens: big then no gain; no gain then a loss increase
+    losses = torch.tensor([[4.0, 1.0], [2.0, 1.0], [2.0, 1.5]]).view(3, 2, 1).requires_grad_()
+
+    # when
+    labels = continue_targets(losses, scale=50.0, margin=0.005)
+
+    # then
+    assert labels.shape == (2, 2, 1) and not labels.requires_grad
+    assert labels[0, 0].item() > 0.99  # loop 2 gained 2 nats: continue
+    torch.testing.assert_close(labels[1, 0], torch.sigmoid(torch.tensor([-0.25])))  # I = 0
+    torch.testing.assert_close(labels[1, 1], labels[1, 0])  # a loss increase is gain 0
+
+
+def test_stage_one_lowers_its_loss(run):
+    # given
+    probe = batch(run.data.train, run.cfg, stage=9, step=0)
+    before = ponder_on(run, probe)
+
+    # when
+    for step in range(run.cfg.stage1_steps):
+        stage1_step(run.model, run.opt, batch(run.data.train, run.cfg, 1, step), run.cfg, step)
+
+    # then
+    assert ponder_on(run, probe) < before - 0.5
+
+
+def test_stage_two_trains_the_gate_only_and_lowers_its_loss(run):
+    # given a model after a little stage one
+    for step in range(10):
+        stage1_step(run.model, run.opt, batch(run.data.train, run.cfg, 1, step), run.cfg, step)
+    opt = stage2_optimizer(run.model, run.cfg)
+    gate = run.model.model.early_exit_gate
+    lm = {n: p.detach().clone() for n, p in run.model.named_parameters() if "early_exit" not in n}
+    gate_before = gate.weight.detach().clone()
+    probe = batch(run.data.train, run.cfg, stage=9, step=0)
+    before = gate_loss_on(run, probe)
+
+    # when
+    for step in range(run.cfg.stage2_steps):
+        stage2_step(run.model, opt, batch(run.data.train, run.cfg, 2, step), run.cfg)
+
+    # then no gradient reached the LM and its weights did not move
+    for name, param in run.model.named_parameters():
+        if "early_exit" not in name:
+            assert param.grad is None, name
+            assert torch.equal(param, lm[name]), name
+    assert not torch.equal(gate.weight, gate_before) and gate.weight.grad is not None
+    assert gate_loss_on(run, probe) < before
+
+
+def test_batches_depend_on_seed_stage_and_step_only(tmp_path):
+    cfg = tiny(tmp_path)
+    ids = torch.arange(1000)
+
+    assert torch.equal(batch(ids, cfg, 1, 5), batch(ids, cfg, 1, 5))
+    assert not torch.equal(batch(ids, cfg, 1, 5), batch(ids, cfg, 2, 5))
+    assert batch(ids, cfg, 1, 5).shape == (cfg.batch_size, cfg.seq_len + 1)
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path):
+    # given an uninterrupted run
+    straight = train(tiny(tmp_path / "a", stage1_steps=6, stage2_steps=4), docs=DOCS)
+
+    # when a run is interrupted after 3 stage-one steps (saved every 3) and then resumed
+    cfg = tiny(tmp_path / "b", stage1_steps=6, stage2_steps=4, save_every=3)
+    interrupted = Run(cfg, prepare_data(cfg, DOCS), torch.device("cpu"))
+    interrupted.run_stage(1, 3)
+    resumed = train(cfg, resume=True, docs=DOCS)
+
+    # then
+    assert resumed.stage == 2 and resumed.step == 4
+    for (name, a), b in zip(
+        straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_trained_directory_loads_and_streams(tmp_path):
+    # given
+    run = train(tiny(tmp_path, stage1_steps=3, stage2_steps=2), docs=DOCS)
+
+    # when
+    out = save_model(run)
+    loaded = load_checkpoint(out, device="cpu")
+    events = list(generate_stream(loaded, "def add(a, b):", GenerationParams(max_new_tokens=4)))
+
+    # then
+    assert (out / "training.json").is_file() and (out / "tokenizer.json").is_file()
+    assert loaded.tokenizer.eos_token_id == loaded.config.eos_token_id == 0
+    assert "".join(e.text for e in events).startswith("def add(a, b):")
+    assert {e.exit_loop for e in events} <= {1, 2, 3}
