@@ -10,7 +10,7 @@ import socket
 
 from celery import shared_task
 from celery.exceptions import TimeLimitExceeded
-from celery.signals import task_failure, worker_ready
+from celery.signals import task_failure, worker_process_init, worker_ready
 from django.conf import settings
 
 from playground import services
@@ -44,6 +44,15 @@ def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, *
     else:
         reason = f"its worker process was lost: {exception!r}"
     services.run_fail(run_id=run_id, reason=reason)
+
+
+@worker_process_init.connect
+def _worker_process_init(**kwargs):
+    """Each pool process pins torch's intra-op threads before it loads a model."""
+    import torch
+
+    if settings.PLAYGROUND_TORCH_THREADS > 0:
+        torch.set_num_threads(settings.PLAYGROUND_TORCH_THREADS)
 
 
 @worker_ready.connect

@@ -233,6 +233,10 @@ PLAYGROUND_HARD_TIME_LIMIT_S = env_int("PLAYGROUND_HARD_TIME_LIMIT_S", 660)
 PLAYGROUND_SSE_HEARTBEAT_S = float(env_str("PLAYGROUND_SSE_HEARTBEAT_S", "10") or 10)
 # How long a finished run's Redis stream is kept (its tokens stay in the database).
 PLAYGROUND_STREAM_TTL_S = env_int("PLAYGROUND_STREAM_TTL_S", 3600)
+# Intra-op threads of torch in each worker process (0 = torch's default, one per core). A
+# CPU worker that shares its cores with the web server, or with other workers, runs faster
+# on one: a second thread that loses its core stalls every barrier.
+PLAYGROUND_TORCH_THREADS = env_int("PLAYGROUND_TORCH_THREADS", 1)
 # Pause after each generated token (seconds; 0 = none): slows demos and lets tests catch
 # a run mid-flight.
 PLAYGROUND_TOKEN_DELAY_S = float(env_str("PLAYGROUND_TOKEN_DELAY_S", "0") or 0)

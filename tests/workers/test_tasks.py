@@ -85,3 +85,18 @@ def test_a_starting_worker_fails_what_its_earlier_process_left_running(run_facto
     # then
     left.refresh_from_db()
     assert left.status == Run.Status.FAILED and "restarted" in left.error
+
+
+def test_a_pool_process_pins_torch_threads(settings):
+    import torch
+
+    before = torch.get_num_threads()
+    settings.PLAYGROUND_TORCH_THREADS = before + 1
+    try:
+        # when a pool process starts
+        tasks._worker_process_init()
+
+        # then torch runs on the configured threads
+        assert torch.get_num_threads() == before + 1
+    finally:
+        torch.set_num_threads(before)
