@@ -31,38 +31,18 @@ def heatmap_figure(
     """The figure for a run of ``loops`` loops, with the columns of ``tokens`` (events)."""
     figure = {
         "data": [
-            {
-                "type": "heatmap",
-                "name": "cumulative exit p",
-                "x": [],
-                "y": list(range(1, loops + 1)),
-                "z": [[] for _ in range(loops)],
-                "hovertext": [[] for _ in range(loops)],
-                "zmin": 0,
-                "zmax": 1,
-                "colorscale": COLOURSCALE,
-                "colorbar": {"title": {"text": "cumulative<br>exit p"}, "thickness": 12},
-                "xgap": 1,
-                "ygap": 1,
-                "hoverongaps": False,
-                "hovertemplate": "%{hovertext}<extra></extra>",
-            },
-            {
-                "type": "heatmap",
-                "name": "not computed",
-                "x": [],
-                "y": list(range(1, loops + 1)),
-                "z": [[] for _ in range(loops)],
-                "hovertext": [[] for _ in range(loops)],
-                "zmin": 0,
-                "zmax": 1,
-                "colorscale": [[0, NOT_COMPUTED], [1, NOT_COMPUTED]],
-                "showscale": False,
-                "xgap": 1,
-                "ygap": 1,
-                "hoverongaps": False,
-                "hovertemplate": "%{hovertext}<extra></extra>",
-            },
+            _heatmap_trace(
+                "cumulative exit p",
+                loops,
+                colorscale=COLOURSCALE,
+                colorbar={"title": {"text": "cumulative<br>exit p"}, "thickness": 12},
+            ),
+            _heatmap_trace(
+                "not computed",
+                loops,
+                colorscale=[[0, NOT_COMPUTED], [1, NOT_COMPUTED]],
+                showscale=False,
+            ),
             {
                 "type": "scatter",
                 "mode": "markers",
@@ -97,6 +77,25 @@ def heatmap_figure(
     if prompt_tokens and prompt_tokens < len(figure["data"][0]["x"]):
         figure["layout"]["shapes"].append(_prompt_boundary(prompt_tokens))
     return figure
+
+
+def _heatmap_trace(name: str, loops: int, **style: Any) -> dict[str, Any]:
+    """An empty heatmap trace over loops 1..T; columns are appended as tokens arrive."""
+    return {
+        "type": "heatmap",
+        "name": name,
+        "x": [],
+        "y": list(range(1, loops + 1)),
+        "z": [[] for _ in range(loops)],
+        "hovertext": [[] for _ in range(loops)],
+        "zmin": 0,
+        "zmax": 1,
+        "xgap": 1,
+        "ygap": 1,
+        "hoverongaps": False,
+        "hovertemplate": "%{hovertext}<extra></extra>",
+        **style,
+    }
 
 
 def heatmap_layout(*, loops: int, trained_loops: int | None = None) -> dict[str, Any]:

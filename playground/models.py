@@ -14,6 +14,8 @@ The contract shared by the API, the SSE stream and the page:
   full ``TokenEvent.to_dict()`` (per-loop λ, p, cumulative, KL, top-k; work counters).
 """
 
+from __future__ import annotations
+
 import uuid
 
 from django.db import models
@@ -91,3 +93,17 @@ class RunToken(models.Model):
 
     def get_absolute_url(self) -> str:
         return f"{self.run.get_absolute_url()}#t{self.position}"
+
+    @classmethod
+    def from_event(cls, run: Run, event: dict) -> RunToken:
+        """The unsaved row of one storable token event (``services.event_storable``)."""
+        return cls(
+            run=run,
+            position=event["position"],
+            phase=event["phase"],
+            token_id=event["token_id"],
+            text=event["text"],
+            exit_loop=event["exit_loop"],
+            loops_computed=event["loops_computed"],
+            data=event,
+        )

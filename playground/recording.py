@@ -63,19 +63,7 @@ class TokenWriter:
         if not self.buffer:
             return
         RunToken.objects.bulk_create(
-            [
-                RunToken(
-                    run=self.run,
-                    position=event["position"],
-                    phase=event["phase"],
-                    token_id=event["token_id"],
-                    text=event["text"],
-                    exit_loop=event["exit_loop"],
-                    loops_computed=event["loops_computed"],
-                    data=event,
-                )
-                for event, _ in self.buffer
-            ]
+            [RunToken.from_event(self.run, event) for event, _ in self.buffer]
         )
         streams.publish_encoded(
             run_id=self.run.id, entries=[(event["position"], data) for event, data in self.buffer]

@@ -67,17 +67,7 @@ def run_factory(db) -> Callable[..., Run]:
         run = Run.objects.create(**(values | fields))
         for position in range(tokens):
             phase = "prompt" if position < prompt_tokens else "generated"
-            event = make_event(position, phase)
-            RunToken.objects.create(
-                run=run,
-                position=position,
-                phase=phase,
-                token_id=event["token_id"],
-                text=event["text"],
-                exit_loop=event["exit_loop"],
-                loops_computed=event["loops_computed"],
-                data=event,
-            )
+            RunToken.from_event(run, make_event(position, phase)).save()
         return run
 
     return make

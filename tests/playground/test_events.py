@@ -56,12 +56,7 @@ def read(run: Run, after: int = -1, *, stop=None, during=None) -> list[dict]:
 
 
 def store(run: Run, position: int, phase: str = "generated") -> None:
-    event = make_event(position, phase)
-    RunToken.objects.create(
-        run=run, position=position, phase=phase, token_id=event["token_id"],
-        text=event["text"], exit_loop=event["exit_loop"],
-        loops_computed=event["loops_computed"], data=event,
-    )  # fmt: skip
+    RunToken.from_event(run, make_event(position, phase)).save()
 
 
 def test_a_finished_run_replays_from_the_store(run_factory):

@@ -217,16 +217,7 @@ def test_execute_never_stores_a_position_twice(direct_events):
     run = _submitted(max_new_tokens=6)
     direct = direct_events(PROMPT, **run.params)
     for event in map(services.event_storable, direct[:5]):
-        RunToken.objects.create(
-            run=run,
-            position=event["position"],
-            phase=event["phase"],
-            token_id=event["token_id"],
-            text=event["text"],
-            exit_loop=event["exit_loop"],
-            loops_computed=event["loops_computed"],
-            data=event,
-        )
+        RunToken.from_event(run, event).save()
 
     # when
     services.run_execute(run_id=run.id, worker="w@host")
