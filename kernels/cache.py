@@ -21,8 +21,9 @@ policies whose terminal entry is not a computed loop), never with T × length.
 
 Every byte allocated here is counted (index and length tables included), with the peak.
 Loop stores are sized exactly from prefill; when decoding needs room, a store is
-re-packed with each row's region grown by 1/16 (at least 16 slots, at most up to the
-cache's capacity, which no row's region can need more than), the old and the
+re-packed with each row's region grown by 1/16 (at least 16 slots, but never past what
+the row can still need: one entry per position, so its entries plus its free cache
+slots), the old and the
 new tensors both counting while it is copied (only the entries kept: a row being
 replaced is not copied).
 """
@@ -88,17 +89,18 @@ class LoopStore:
 
     def reserve(self, needed: list[int]) -> None:
         """Make every row's region hold ``needed[b]`` entries (re-packing if one is short).
-        A region grows by 1/16 (at least GROWTH_MIN slots), never past the cache's
-        capacity, which bounds how many positions (so entries) a row can have."""
+
+        A region grows by 1/16 (at least GROWTH_MIN slots), but never past what the row
+        can still need: one entry per position, so at most its entries plus its free
+        cache slots (and never past the cache's capacity)."""
         if all(n <= c for n, c in zip(needed, self.caps, strict=True)):
             return
-        cap = self.cache.capacity
-        self._repack(
-            [
-                c if n == 0 else max(c, n, min(cap, n + max(GROWTH_MIN, n // 16)))
-                for n, c in zip(needed, self.caps, strict=True)
-            ]
-        )
+        cache = self.cache
+        caps = []
+        for b, (n, c) in enumerate(zip(needed, self.caps, strict=True)):
+            room = min(cache.capacity, self.lens[b] + cache.capacity - cache.e_len[b])
+            caps.append(c if n == 0 else max(c, n, min(room, n + max(GROWTH_MIN, n // 16))))
+        self._repack(caps)
 
     def row(self, layer: int, b: int) -> tuple[Tensor, Tensor]:
         """Row b's entries of one layer: (K, V), each (1, lens[b], nkv, d), views."""
