@@ -1,8 +1,10 @@
 """The depth-indexed KV cache: per position, only the loops that position computed.
 
-Layout, per layer, for a batch of B sequences (token-major: one entry is (kv_heads, d)):
+Layout, for a batch of B sequences (token-major: one entry is (kv_heads, d)):
 
-- the *terminal* store ``E`` (B, S, nkv, d): one entry per position (slot = position),
+- the *terminal* store ``E`` (L, B, S, nkv, d), all layers stacked (``e_k[layer]`` is
+  one layer's (B, S, nkv, d) view, and moving entries out of it is one op for all
+  layers): one entry per position (slot = position),
   the K/V a later query sees once it is past the position's exit loop.
   ``exit_loop[b, s]`` (shared by all layers) records that loop; the KV policy decides
   what the entry holds and from which loop on it is visible.
@@ -19,8 +21,11 @@ policies whose terminal entry is not a computed loop), never with T × length.
 
 Every byte allocated here is counted (index and length tables included), with the peak.
 Loop stores are sized exactly from prefill; when decoding needs room, a store is
-re-packed with each row's region grown by 1/16 (at least 16 slots), the old and the
-new tensors both counting while it is copied.
+re-packed with each row's region grown by 1/16 (at least 16 slots, but never past what
+the row can still need: one entry per position, so its entries plus its free cache
+slots), the old and the
+new tensors both counting while it is copied (only the entries kept: a row being
+replaced is not copied).
 """
 
 from __future__ import annotations
@@ -36,13 +41,13 @@ class LoopStore:
     """Loop t's K/V (every layer) of the positions that went on past t; rows packed.
 
     Row b's entries are ``k[layer][offsets[b] : offsets[b] + lens[b]]``, in a region of
-    ``caps[b]`` slots.
+    ``caps[b]`` slots. One tensor per layer, so a re-pack holds only one layer twice.
     """
 
     def __init__(self, cache: DepthKVCache, caps: list[int]) -> None:
         self.cache = cache
         self.lens = [0] * cache.batch
-        self.k: list[Tensor] = []
+        self.k: list[Tensor] = []  # per layer (N, nkv, d)
         self.v: list[Tensor] = []
         self.caps: list[int] = [0] * cache.batch
         self.offsets: list[int] = [0] * cache.batch
@@ -53,35 +58,52 @@ class LoopStore:
         cache = self.cache
         offsets = [sum(caps[:b]) for b in range(cache.batch)]
         shape = (sum(caps), *cache.entry_shape)
-        fresh = not self.k
+        source = None
+        if self.k and any(self.lens):
+            # for each new slot, the old slot it copies: a row's entries, then (slack, never
+            # read unmasked) its last entry again, or slot 0 for a row without entries; one
+            # gather per layer builds the new tensor
+            source = (
+                torch.cat(
+                    [
+                        torch.arange(c).clamp(max=n - 1) + self.offsets[b] if n else torch.zeros(c)
+                        for b, (n, c) in enumerate(zip(self.lens, caps, strict=True))
+                    ]
+                )
+                .long()
+                .to(cache.device)
+            )
         for tensors in (self.k, self.v):
             for layer in range(cache.n_layers):
-                new = cache._alloc(shape)
-                if not fresh:
-                    old = tensors[layer]
-                    for b, n in enumerate(self.lens):
-                        new[offsets[b] : offsets[b] + n] = old[
-                            self.offsets[b] : self.offsets[b] + n
-                        ]
-                    cache._free(old)
-                    tensors[layer] = new
+                if source is None:
+                    new = cache._alloc(shape)
                 else:
+                    new = tensors[layer].index_select(0, source)
+                    cache._account(new.numel() * new.element_size())
+                if len(tensors) <= layer:
                     tensors.append(new)
+                    continue
+                cache._free(tensors[layer])
+                tensors[layer] = new
         self.caps, self.offsets = caps, offsets
 
     def reserve(self, needed: list[int]) -> None:
-        """Make every row's region hold ``needed[b]`` entries (re-packing if one is short)."""
+        """Make every row's region hold ``needed[b]`` entries (re-packing if one is short).
+
+        A region grows by 1/16 (at least GROWTH_MIN slots), but never past what the row
+        can still need: one entry per position, so at most its entries plus its free
+        cache slots (and never past the cache's capacity)."""
         if all(n <= c for n, c in zip(needed, self.caps, strict=True)):
             return
-        self._repack(
-            [
-                c if n == 0 else max(c, n + max(GROWTH_MIN, n // 16))
-                for n, c in zip(needed, self.caps, strict=True)
-            ]
-        )
+        cache = self.cache
+        caps = []
+        for b, (n, c) in enumerate(zip(needed, self.caps, strict=True)):
+            room = min(cache.capacity, self.lens[b] + cache.capacity - cache.e_len[b])
+            caps.append(c if n == 0 else max(c, n, min(room, n + max(GROWTH_MIN, n // 16))))
+        self._repack(caps)
 
     def row(self, layer: int, b: int) -> tuple[Tensor, Tensor]:
-        """Row b's entries of one layer: (K, V), each (lens[b], nkv, d), views."""
+        """Row b's entries of one layer: (K, V), each (1, lens[b], nkv, d), views."""
         start, stop = self.offsets[b], self.offsets[b] + self.lens[b]
         return self.k[layer][None, start:stop], self.v[layer][None, start:stop]
 
@@ -95,8 +117,9 @@ class LoopStore:
             b, cap, *self.cache.entry_shape
         )
 
-    def append(self, rows: list[int], k: list[Tensor], v: list[Tensor]) -> None:
-        """One entry for each row in ``rows``: k[layer], v[layer] are (R, nkv, d)."""
+    def append(self, rows: list[int], k: Tensor | list[Tensor], v: Tensor | list[Tensor]) -> None:
+        """One entry for each row in ``rows``: k[layer], v[layer] are (R, nkv, d) (k, v
+        are lists or (L, R, nkv, d) tensors)."""
         needed = list(self.lens)
         for b in rows:
             needed[b] += 1
@@ -110,10 +133,17 @@ class LoopStore:
         for b in rows:
             self.lens[b] += 1
 
-    def set_row(self, b: int, k: list[Tensor], v: list[Tensor]) -> None:
-        """Replace row b's entries: k[layer], v[layer] are (n, nkv, d)."""
+    def set_row(
+        self, b: int, k: Tensor | list[Tensor], v: Tensor | list[Tensor], extra: int = 0
+    ) -> None:
+        """Replace row b's entries: k[layer], v[layer] are (n, nkv, d). Its old entries are
+        dropped first, so a re-pack does not copy them. Its region is made to hold n +
+        ``extra`` entries (the entries it may still get: one per token it will decode,
+        within the cache's capacity), so decoding them re-packs nothing."""
         n = len(k[0])
-        self.reserve([n if r == b else c for r, c in enumerate(self.lens)])
+        self.lens[b] = 0
+        want = max(n, min(self.cache.capacity, n + extra))
+        self.reserve([want if r == b else c for r, c in enumerate(self.lens)])
         for layer in range(self.cache.n_layers):
             self.k[layer][self.offsets[b] : self.offsets[b] + n] = k[layer]
             self.v[layer][self.offsets[b] : self.offsets[b] + n] = v[layer]
@@ -139,9 +169,9 @@ class DepthKVCache:
         self.live_bytes = 0
         self.peak_bytes = 0
         self.capacity = capacity
-        shape = (batch, capacity, *self.entry_shape)
-        self.e_k = [self._alloc(shape) for _ in range(n_layers)]  # (B, S, nkv, d) per layer
-        self.e_v = [self._alloc(shape) for _ in range(n_layers)]
+        shape = (n_layers, batch, capacity, *self.entry_shape)
+        self.e_k = self._alloc(shape)  # (L, B, S, nkv, d); e_k[layer] is (B, S, nkv, d)
+        self.e_v = self._alloc(shape)
         self.exit_loop = self._alloc((batch, capacity), torch.int8)  # (B, S); 0 = empty
         self.e_len = [0] * batch
         self._account(batch * TABLE_ENTRY)  # e_len
@@ -176,18 +206,19 @@ class DepthKVCache:
         store = self.loops[t - 1] if t < self.n_loops else None
         return store.lens[b] if store is not None else 0
 
-    def load_row(self, row: int, source: DepthKVCache) -> None:
+    def load_row(self, row: int, source: DepthKVCache, extra: int = 0) -> None:
         """Replace sequence ``row`` with row 0 of ``source`` (a new request's prefill cache).
 
-        The source's transient bytes count toward this cache's peak.
+        A loop-store region that must grow is sized for ``extra`` more entries (the tokens
+        the request will decode), so its decoding does not re-pack the store again. The
+        source's transient bytes count toward this cache's peak.
         """
         n = source.e_len[0]
         if n > self.capacity:
             raise ValueError(f"a {n}-token prompt does not fit a {self.capacity}-slot cache")
         self.peak_bytes = max(self.peak_bytes, self.live_bytes + source.peak_bytes)
-        for mine, theirs in ((self.e_k, source.e_k), (self.e_v, source.e_v)):
-            for layer in range(self.n_layers):
-                mine[layer][row, :n] = theirs[layer][0, :n]
+        self.e_k[:, row, :n] = source.e_k[:, 0, :n]
+        self.e_v[:, row, :n] = source.e_v[:, 0, :n]
         self.exit_loop[row] = 0
         self.exit_loop[row, :n] = source.exit_loop[0, :n]
         self.e_len[row] = n
@@ -195,10 +226,14 @@ class DepthKVCache:
             theirs = source.loops[t - 1]
             if theirs is None and self.loops[t - 1] is None:
                 continue
-            empty = torch.empty(0, *self.entry_shape, dtype=self.dtype, device=self.device)
-            ks = [theirs.row(layer, 0)[0][0] for layer in range(self.n_layers)] if theirs else None
-            vs = [theirs.row(layer, 0)[1][0] for layer in range(self.n_layers)] if theirs else None
-            self.loop(t).set_row(row, ks or [empty] * self.n_layers, vs or [empty] * self.n_layers)
+            if theirs is not None:
+                start, stop = theirs.offsets[0], theirs.offsets[0] + theirs.lens[0]
+                ks = [k[start:stop] for k in theirs.k]
+                vs = [v[start:stop] for v in theirs.v]
+            else:
+                empty = torch.empty(0, *self.entry_shape, dtype=self.dtype, device=self.device)
+                ks = vs = [empty] * self.n_layers
+            self.loop(t).set_row(row, ks, vs, extra)
 
     # -- reporting ---------------------------------------------------------------------
     def entries(self) -> int:

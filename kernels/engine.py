@@ -517,7 +517,7 @@ class Engine:
         self.queued_prefill_work = self.queued_prefill_work + result.work
         self.queued_prefill_s += time.perf_counter() - start
         self.queued_prefill_cpu_s += time.process_time() - start_cpu
-        cache.load_row(row, result.cache)
+        cache.load_row(row, result.cache, extra=max_new_tokens)
         return result.logits[0, len(prompt) - 1]
 
     def _start_token(self, work: Work, position: int) -> None:
@@ -566,21 +566,26 @@ class Engine:
 
     def _commit_kv(self, cache, live, loops, stops, h, cos, sin, work) -> None:
         """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
-        stopping before the last loop) into the loop-t store; frozen projections in."""
+        stopping before the last loop) into the loop-t store; frozen projections in.
+        The moving entries of all layers are read out of the terminal slots in one gather."""
         moving = [
             i
             for i, stop in enumerate(stops)
             if not stop or (self.policy.frozen_terminal and loops[i] < self.n_loops)
         ]
-        for t in sorted({loops[i] for i in moving}):
-            group = [live[i] for i in moving if loops[i] == t]
-            index = torch.tensor(group, device=self.device)
-            slots = torch.tensor([cache.e_len[r] for r in group], device=self.device)
-            cache.loop(t).append(
-                group,
-                [cache.e_k[layer][index, slots] for layer in range(cache.n_layers)],
-                [cache.e_v[layer][index, slots] for layer in range(cache.n_layers)],
-            )
+        if moving:
+            index = torch.tensor([live[i] for i in moving], device=self.device)
+            slots = torch.tensor([cache.e_len[live[i]] for i in moving], device=self.device)
+            k, v = cache.e_k[:, index, slots], cache.e_v[:, index, slots]  # (L, M, nkv, d)
+            by_loop = sorted({loops[i] for i in moving})
+            for t in by_loop:
+                group = [j for j, i in enumerate(moving) if loops[i] == t]
+                rows = [live[moving[j]] for j in group]
+                if len(by_loop) == 1:
+                    cache.loop(t).append(rows, k, v)
+                else:
+                    sel = torch.tensor(group, device=self.device)
+                    cache.loop(t).append(rows, k[:, sel], v[:, sel])
         frozen = [i for i in moving if stops[i]]
         if frozen:
             sel = torch.tensor(frozen, device=self.device)

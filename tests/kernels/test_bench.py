@@ -64,3 +64,10 @@ def test_the_command_writes_its_table_and_json(tmp_path, capsys, monkeypatch):
     report = json.loads(out.read_text())
     assert report["threads"] == 1 and report["models"][0]["model"] == "random test-32"
     assert "best-available" in capsys.readouterr().out
+
+
+def test_overhead_bound_models_are_flagged_and_bench_512_is_not():
+    tiny = bench.random_model("ouro-tiny", torch.device("cpu"), torch.float32)
+    assert any("not meaningful" in line for line in bench.notes(tiny))
+    big = bench.random_model("bench-512", torch.device("cpu"), torch.float32)
+    assert bench.notes(big) == []

@@ -92,3 +92,80 @@ def test_loop_stores_grow_per_row_and_keep_their_entries():
     assert store.batched(0) is None
     assert cache.live_bytes == allocated_bytes(cache)
     assert cache.peak_bytes > cache.live_bytes  # re-packing held old and new at once
+
+
+def _small_cache(batch=3, capacity=40):
+    return DepthKVCache(
+        n_layers=2,
+        n_loops=3,
+        batch=batch,
+        capacity=capacity,
+        n_kv_heads=1,
+        head_dim=2,
+        dtype=torch.float32,
+        device=torch.device("cpu"),
+    )
+
+
+def _entries(n, value, layers=2):
+    return [torch.full((n, 1, 2), float(value + layer)) for layer in range(layers)]
+
+
+def test_set_row_replaces_one_row_keeps_the_others_and_reserves_for_decoding():
+    # given three rows with entries
+    cache = _small_cache()
+    store = cache.loop(1)
+    for b, n in enumerate((5, 7, 3)):
+        store.set_row(b, _entries(n, 10 * b), _entries(n, 10 * b))
+
+    # when row 1 is replaced by 12 entries, with room for 6 more to come
+    store.set_row(1, _entries(12, 100), _entries(12, 100), extra=6)
+
+    # then the other rows keep theirs, row 1 holds only the new ones
+    assert store.lens == [5, 12, 3]
+    for b, (n, value) in enumerate(((5, 0), (12, 100), (3, 20))):
+        for layer in range(2):
+            k, v = store.row(layer, b)
+            assert k.shape[1] == n
+            assert torch.equal(k[0, :, 0, 0], torch.full((n,), float(value + layer)))
+            assert torch.equal(v, k)
+    assert store.caps[1] >= 12 + 6
+    assert cache.live_bytes == allocated_bytes(cache)
+
+    # and decoding those 6 entries into row 1 does not re-pack the store
+    tensors = list(store.k)
+    for i in range(6):
+        store.append([1], _entries(1, 200 + i), _entries(1, 200 + i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+    assert store.lens == [5, 18, 3]
+    assert torch.equal(store.row(0, 1)[0][0, 12:, 0, 0], torch.arange(200.0, 206.0))
+
+
+def test_loop_store_regions_never_grow_past_the_cache_capacity():
+    # given a cache whose rows hold at most 20 positions
+    cache = _small_cache(batch=2, capacity=20)
+    store = cache.loop(1)
+
+    # when a row fills up one entry at a time
+    for i in range(20):
+        store.append([0], _entries(1, i), _entries(1, i))
+
+    # then its region stopped at the capacity (no slack past what a row can hold)
+    assert store.caps[0] == 20
+    assert torch.equal(store.row(1, 0)[0][0, :, 0, 0], torch.arange(20.0) + 1)
+    assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_appends_with_the_terminal_store_stacked_by_layer(ouro_tiny, reference):
+    # the terminal store is one (L, B, S, nkv, d) tensor; each layer's view is what a
+    # decode step writes and what the loop stores receive on commit
+    engine = Engine(ouro_tiny.model, QExit(0.5))
+    prefill = engine.prefill(reference["input_ids"], reserve=4)
+    cache = prefill.cache
+    assert cache.e_k.shape[:2] == (ouro_tiny.config.num_hidden_layers, len(prefill.lengths))
+    assert cache.e_k[0].data_ptr() == cache.e_k.data_ptr()
+    before = cache.entries()
+    records = decode_all(engine, prefill, 4)
+    assert len(records) == 4 * len(prefill.lengths)
+    assert cache.entries() == before + sum(r.loops_computed for r in records)
+    assert cache.live_bytes == allocated_bytes(cache)
