@@ -108,6 +108,7 @@ class _Relay:
     def __init__(self, run: Run, after: int) -> None:
         self.run, self.after = run, after
         self.last_sent = time.monotonic()
+        self.ended = False
 
     def tokens(self, events: list[dict]) -> list[str]:
         chunks = []
@@ -131,6 +132,15 @@ class _Relay:
             chunks += self.tokens(rows)
             if len(rows) < BATCH:
                 return chunks, self.run.finished
+
+    async def catch_up(self) -> list[str]:
+        """The stored events past this viewer, then the end event once the run has
+        finished (``ended`` says so)."""
+        chunks, finished = await self.stored()
+        if finished:
+            chunks.append(self.end())
+            self.ended = True
+        return chunks
 
     def end(self) -> str:
         event, data = services.run_end_event(self.run)
@@ -158,11 +168,9 @@ async def run_event_stream(*, run: Run, after: int = -1) -> AsyncIterator[str]:
 
 async def _from_database(relay: _Relay) -> AsyncIterator[str]:
     while True:
-        chunks, finished = await relay.stored()
-        for chunk in chunks:
+        for chunk in await relay.catch_up():
             yield chunk
-        if finished:
-            yield relay.end()
+        if relay.ended:
             return
         if ping := relay.ping():
             yield ping
@@ -178,11 +186,9 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
     import redis.asyncio as aioredis
     from redis.exceptions import RedisError
 
-    chunks, finished = await relay.stored()
-    for chunk in chunks:
+    for chunk in await relay.catch_up():
         yield chunk
-    if finished:
-        yield relay.end()
+    if relay.ended:
         return
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     key = streams.stream_key(relay.run.id)
@@ -199,11 +205,9 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
             if not reply:  # quiet: a heartbeat, and a look at the run in the database
                 yield ": ping\n\n"
                 relay.last_sent = time.monotonic()
-                chunks, finished = await relay.stored()
-                for chunk in chunks:
+                for chunk in await relay.catch_up():
                     yield chunk
-                if finished:
-                    yield relay.end()
+                if relay.ended:
                     return
                 await relay.sweep_if_stale()
                 continue
