@@ -23,9 +23,7 @@ from django.utils import timezone
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
-from playground.recording import RunControl, TokenWriter, event_storable
-
-__all__ = ["event_storable"]  # re-exported: how events are stored and streamed
+from playground.recording import RunControl, TokenWriter
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +44,8 @@ def run_enqueue(*, run: Run) -> None:
 
 MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 256
+# kernels.stream.EXIT_RULES and kernels.rules.POLICIES, named here so that the web
+# process validates without importing torch (a test keeps them equal).
 EXIT_RULES = ("q-exit", "convergence", "fixed")
 KV_POLICIES = ("best-available", "select", "recompute-kv")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from playground.services import event_storable
+from playground.recording import event_storable
 
 ROOT = Path(settings.BASE_DIR)
 TINY = ROOT / "tests" / "kernels" / "fixtures" / "ouro-tiny"

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from playground import recording, services
 from playground.models import Run, RunToken
+from playground.recording import event_storable
 from tests.playground.conftest import PROMPT
 from tests.playground.stack import token_view
 
@@ -216,7 +217,7 @@ def test_execute_never_stores_a_position_twice(direct_events):
     # given: a queued run some of whose positions are already stored
     run = _submitted(max_new_tokens=6)
     direct = direct_events(PROMPT, **run.params)
-    for event in map(services.event_storable, direct[:5]):
+    for event in map(event_storable, direct[:5]):
         RunToken.from_event(run, event).save()
 
     # when
@@ -461,7 +462,15 @@ def test_failing_a_finished_run_changes_nothing(run_factory):
 
 def test_event_texts_are_stored_with_nul_shown_as_a_symbol():
     # then
-    assert services.event_storable({"text": "a\x00", "top": [[0, "\x00", 0.5]]}) == {
+    assert event_storable({"text": "a\x00", "top": [[0, "\x00", 0.5]]}) == {
         "text": "a\u2400",
         "top": [[0, "\u2400", 0.5]],
     }
+
+
+def test_the_submit_vocabularies_are_the_engines():
+    from kernels.rules import POLICIES
+    from kernels.stream import EXIT_RULES
+
+    assert set(services.EXIT_RULES) == set(EXIT_RULES)
+    assert set(services.KV_POLICIES) == set(POLICIES)
