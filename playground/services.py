@@ -110,7 +110,7 @@ def run_params_clean(
                     f"extrapolate (up to {info.max_loops})",
                 )
             else:
-                check("loops", loops <= 2 * info.loops, f"at most {info.max_loops} (2 × T)")
+                check("loops", loops <= info.max_loops, f"at most {info.max_loops} (2 × T)")
         if info.max_positions is not None:
             count = prompt_token_count(model=info, text=prompt)
             check(
