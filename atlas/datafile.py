@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from atlas.records import RecordError, WorkRecord, record_from_row
+from atlas.rules import rules_broken
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "works.yaml"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -40,7 +41,8 @@ def _where(index: int, row: object) -> str:
 
 
 def records_from_file(path: Path) -> list[WorkRecord]:
-    """Check every row; raise ``DataFileError`` naming every bad row, or return them all."""
+    """Check every row and the taxonomy's rules; raise ``DataFileError`` naming every bad
+    row (and the rule it breaks), or return them all."""
     problems: list[str] = []
     records: list[WorkRecord] = []
     first_row: dict[tuple[str, object], int] = {}
@@ -54,6 +56,8 @@ def records_from_file(path: Path) -> list[WorkRecord]:
             seen = first_row.setdefault((key, record.values[key]), index)
             if seen != index:
                 problems.append(f"{_where(index, row)}: {key} is already used by row {seen}")
+        for rule in rules_broken(record.values):
+            problems.append(f"{_where(index, row)}: breaks rule {rule.name}: {rule.statement}")
         records.append(record)
     if problems:
         raise DataFileError(path, problems)

@@ -67,6 +67,13 @@ class Work(models.Model):
     training_regime = models.CharField(
         max_length=32, choices=taxonomy.TRAINING_REGIME.choices, db_index=True
     )
+    evidence = models.JSONField(
+        default=dict,
+        blank=True,
+        encoder=ReadableJSONEncoder,
+        help_text="Basis of facet values: {facet: {note, source[, conflict]}}; a facet "
+        "without one rests on the summary.",
+    )
     citation_key = models.CharField(
         max_length=100, unique=True, help_text="Assigned once, so citations stay valid."
     )

@@ -121,6 +121,64 @@ def _term(facet: taxonomy.Facet) -> Callable[[Any], str]:
     return clean
 
 
+SEED_SOURCE_RE = re.compile(r"^seed \d{3}(_[0-9a-f]+)?$")
+EVIDENCE_KEYS = ("note", "source", "conflict")
+SOURCE_KINDS = ("summary", "facts", "seed", "url")
+
+
+def evidence_source_kind(source: str) -> str:
+    """What a basis rests on: the work's summary, its facts row, a seed document or a URL."""
+    if source in ("summary", "facts"):
+        return source
+    return "seed" if SEED_SOURCE_RE.match(source) else "url"
+
+
+def _source(value: Any) -> str:
+    value = _text(500)(value)
+    if value in ("summary", "facts") or SEED_SOURCE_RE.match(value):
+        return value
+    try:
+        return _url(value)
+    except RecordError:
+        raise RecordError(
+            f"{value!r} is not a source: 'summary', 'facts', 'seed NNN' or an http(s) URL"
+        ) from None
+
+
+def _basis(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise RecordError(f"must be a mapping with note and source, not {_type_name(value)}")
+    unknown = sorted(set(value) - set(EVIDENCE_KEYS), key=str)
+    if unknown:
+        raise RecordError(f"unknown key(s): {', '.join(map(str, unknown))}")
+    basis = {"note": _text(500)(value.get("note")), "source": _source(value.get("source"))}
+    conflict = _text(1000, optional=True)(value.get("conflict"))
+    return {**basis, "conflict": conflict} if conflict else basis
+
+
+def _evidence(value: Any) -> dict[str, dict[str, str]]:
+    """The basis of facet values: ``{facet: {note, source[, conflict]}}``, facets in
+    vocabulary order."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecordError(f"must be a mapping of facets to their basis, not {_type_name(value)}")
+    names = [facet.name for facet in taxonomy.FACETS]
+    unknown = sorted(set(value) - set(names), key=str)
+    if unknown:
+        raise RecordError(
+            f"{', '.join(map(repr, unknown))}: not a facet; facets: {', '.join(names)}"
+        )
+    evidence = {}
+    for name in names:
+        if name in value:
+            try:
+                evidence[name] = _basis(value[name])
+            except RecordError as exc:
+                raise RecordError(f"{name}: {exc}") from None
+    return evidence
+
+
 def _type_name(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
@@ -170,6 +228,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         "Topics",
         default=[],
     ),
+    "evidence": FieldRule(_evidence, "Basis of the labels", correctable=False, default={}),
 }
 LIST_FIELDS = frozenset(
     name for name, rule in FIELD_RULES.items() if isinstance(rule.default, list)
