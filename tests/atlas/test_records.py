@@ -4,7 +4,13 @@ from datetime import date
 
 import pytest
 
-from atlas.records import RecordError, record_from_row, value_from_text, value_to_text
+from atlas.records import (
+    RecordError,
+    evidence_source_kind,
+    record_from_row,
+    value_from_text,
+    value_to_text,
+)
 from tests.atlas.conftest import make_row
 
 
@@ -101,3 +107,32 @@ def test_a_visitors_invalid_text_is_refused(field, text, reason) -> None:
 )
 def test_values_have_one_canonical_text_form(value, text) -> None:
     assert value_to_text(value) == text
+
+
+@pytest.mark.parametrize(
+    ("evidence", "problem"),
+    [
+        ({"colour": {"note": "n", "source": "summary"}}, "'colour': not a facet"),
+        ({"kv_strategy": {"note": "n", "source": "a friend"}}, "'a friend' is not a source"),
+        ({"kv_strategy": {"source": "summary"}}, "kv_strategy: must be text"),
+        ({"kv_strategy": {"note": "n", "source": "summary", "why": "x"}}, "unknown key"),
+    ],
+)
+def test_evidence_must_name_a_facet_a_note_and_a_known_source(evidence, problem) -> None:
+    with pytest.raises(RecordError, match=problem):
+        record_from_row(make_row(1, evidence=evidence))
+
+
+def test_evidence_sources_are_the_summary_facts_a_seed_or_a_url() -> None:
+    evidence = {
+        facet: {"note": "n", "source": source}
+        for facet, source in [
+            ("training_regime", "facts"),
+            ("depth_control", "seed 000_bad39026f2b3d836"),
+            ("kv_strategy", "https://example.org/paper"),
+        ]
+    }
+    values = record_from_row(make_row(1, evidence=evidence)).values["evidence"]
+    assert list(values) == ["depth_control", "kv_strategy", "training_regime"]
+    kinds = [evidence_source_kind(basis["source"]) for basis in values.values()]
+    assert kinds == ["seed", "url", "facts"]
