@@ -18,6 +18,7 @@ CSV_COLUMNS = (
     "title",
     "month",
     "month_estimated",
+    "month_label",
     "authors",
     "authors_et_al",
     "venue",
@@ -35,8 +36,13 @@ CSV_COLUMNS = (
     "citation_key",
     "summary",
     "page_url",
+    "evidence",
 )
 CSV_LIST_SEPARATOR = ";"
+MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_CONFERENCE_RE = re.compile(r"workshop|conference|proceedings|symposium", re.I)
+_ACRONYM_YEAR_RE = re.compile(r"^[A-Za-z]*[A-Z]{2,}[A-Za-z]*\b.*\b(?:19|20)\d{2}\b")  # ICML 2026
+_JOURNAL_RE = re.compile(r"journal|transactions|letters|review|\bTMLR\b|\bJMLR\b", re.I)
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _TITLE_STOPWORDS = frozenset({"a", "an", "the", "on", "of", "in", "do", "does", "is", "are"})
 _BIBTEX_SPECIALS = {
@@ -71,24 +77,51 @@ def citation_key_base(*, authors: Sequence[str], year: int, title: str) -> str:
     return f"{surname}{year}{first}" if surname else f"{first}{year}"
 
 
+def month_label(month: str, estimated: bool) -> str:
+    """``"Oct 2026"``, or ``"not before Oct 2026"`` for a month the seed's order only bounds."""
+    year, number = month.split("-")
+    label = f"{MONTH_NAMES[int(number) - 1]} {year}"
+    return f"not before {label}" if estimated else label
+
+
+def venue_kind(venue: str | None) -> str:
+    """``preprint`` (none, arXiv or another preprint server), ``conference`` (proceedings
+    and workshops), ``journal``, or ``other`` (a blog post, say)."""
+    if not venue or venue.lower() == "arxiv" or "preprint" in venue.lower():
+        return "preprint"
+    if _JOURNAL_RE.search(venue):
+        return "journal"
+    if _CONFERENCE_RE.search(venue) or _ACRONYM_YEAR_RE.match(venue):
+        return "conference"
+    return "other"
+
+
+_BIBTEX_TYPES = {"preprint": "misc", "conference": "inproceedings", "journal": "article"}
+_VENUE_FIELDS = {"conference": "booktitle", "journal": "journal", "other": "howpublished"}
+_RIS_TYPES = {"preprint": "UNPB", "conference": "CONF", "journal": "JOUR", "other": "ELEC"}
+_RIS_VENUE_TAGS = {"conference": "T2", "journal": "JO", "other": "PB"}
+
+
 def _bibtex_escape(text: str) -> str:
     return _BIBTEX_SPECIALS_RE.sub(lambda match: _BIBTEX_SPECIALS[match[0]], text)
 
 
 def bibtex_entry(row: Row) -> str:
-    """One entry: ``@article`` when a venue other than arXiv is known, else ``@misc``; arXiv
-    works carry ``eprint``/``archivePrefix``. Text stays UTF-8 (biber and bibtexparser read
-    it); only BibTeX's special characters are escaped."""
+    """One entry: ``@inproceedings`` (``booktitle``) for proceedings and workshops,
+    ``@article`` (``journal``) for journals, else ``@misc`` (``howpublished`` for a venue
+    that is not a preprint server); arXiv works carry ``eprint``/``archivePrefix``. An
+    estimated month is omitted. Text stays UTF-8 (biber and bibtexparser read it); only
+    BibTeX's special characters are escaped."""
     year, month = row["month"].split("-")
-    venue = row["venue"] if row["venue"] and row["venue"].lower() != "arxiv" else None
+    kind = venue_kind(row["venue"])
     authors = [_bibtex_escape(name) for name in row["authors"]]
     if row["authors_et_al"]:
         authors.append("others")
     fields: list[tuple[str, str]] = [("title", "{" + _bibtex_escape(row["title"]) + "}")]
     if authors:
         fields.append(("author", " and ".join(authors)))
-    if venue:
-        fields.append(("journal", _bibtex_escape(venue)))
+    if kind in _VENUE_FIELDS:
+        fields.append((_VENUE_FIELDS[kind], _bibtex_escape(row["venue"])))
     fields.append(("year", year))
     if row["arxiv_id"]:
         fields += [("eprint", row["arxiv_id"]), ("archivePrefix", "arXiv")]
@@ -96,9 +129,9 @@ def bibtex_entry(row: Row) -> str:
         fields.append(("url", row["url"]))
     fields.append(("note", f"Loop Atlas: {row['page_url']}"))
     body = "".join(f"  {name} = {{{value}}},\n" for name, value in fields)
-    body += f"  month = {MONTHS[int(month) - 1]},\n"
-    kind = "article" if venue else "misc"
-    return f"@{kind}{{{row['citation_key']},\n{body}}}\n"
+    if not row["month_estimated"]:
+        body += f"  month = {MONTHS[int(month) - 1]},\n"
+    return f"@{_BIBTEX_TYPES.get(kind, 'misc')}{{{row['citation_key']},\n{body}}}\n"
 
 
 def export_bibtex(rows: Sequence[Row], version: str) -> str:
@@ -109,13 +142,15 @@ def export_bibtex(rows: Sequence[Row], version: str) -> str:
 
 def _ris_record(row: Row, version: str) -> str:
     year, month = row["month"].split("-")
-    venue = row["venue"] if row["venue"] and row["venue"].lower() != "arxiv" else None
-    lines = [("TY", "JOUR" if venue else "UNPB"), ("ID", row["citation_key"])]
+    kind = venue_kind(row["venue"])
+    lines = [("TY", _RIS_TYPES[kind]), ("ID", row["citation_key"])]
     lines += [("TI", row["title"])]
     lines += [("AU", name) for name in row["authors"]]
-    lines += [("PY", year), ("DA", f"{year}/{month}")]
-    if venue:
-        lines.append(("JO", venue))
+    lines.append(("PY", year))
+    if not row["month_estimated"]:
+        lines.append(("DA", f"{year}/{month}"))
+    if kind in _RIS_VENUE_TAGS:
+        lines.append((_RIS_VENUE_TAGS[kind], row["venue"]))
     if row["arxiv_id"]:
         lines.append(("AN", f"arXiv:{row['arxiv_id']}"))
     lines += [("UR", url) for url in (row["url"], row["page_url"]) if url]
@@ -140,6 +175,8 @@ def export_csv(rows: Sequence[Row], version: str) -> str:
 
 
 def _csv_cell(value: Any) -> Any:
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True) if value else ""
     if isinstance(value, list):
         return CSV_LIST_SEPARATOR.join(value)
     if isinstance(value, bool):

@@ -6,6 +6,7 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from atlas import taxonomy
+from atlas.exports import month_label
 from atlas.models import Confidence, Work
 from atlas.records import CORRECTABLE_FIELDS
 
@@ -46,7 +47,12 @@ class WorkSerializer(serializers.Serializer):
     title = serializers.CharField(read_only=True)
     summary = serializers.CharField(read_only=True)
     month = MonthField(read_only=True, help_text="Month of first publication (YYYY-MM).")
-    month_estimated = serializers.BooleanField(read_only=True)
+    month_estimated = serializers.BooleanField(
+        read_only=True, help_text="The month is a lower bound from the seed's order."
+    )
+    month_label = serializers.SerializerMethodField(
+        help_text="The month as people read it: 'Oct 2026' or 'not before Oct 2026'."
+    )
     authors = serializers.ListField(child=serializers.CharField(), read_only=True)
     authors_et_al = serializers.BooleanField(
         read_only=True, help_text="The author list is truncated (“et al.”)."
@@ -64,12 +70,21 @@ class WorkSerializer(serializers.Serializer):
     training_regime = _terms(taxonomy.TRAINING_REGIME)
     topics = serializers.ListField(child=serializers.SlugField(), read_only=True)
     citation_key = serializers.CharField(read_only=True)
+    evidence = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()),
+        read_only=True,
+        help_text="Basis of facet values: {facet: {note, source[, conflict]}}; a facet "
+        "without one was classified from the summary.",
+    )
     facts_confidence = OptionalChoiceField(choices=Confidence.values)
     facts_source = OptionalCharField()
     reviewed_at = serializers.DateTimeField(
         read_only=True, allow_null=True, help_text="When a curator last approved a correction."
     )
     page_url = serializers.SerializerMethodField(help_text="The work's page on the site.")
+
+    def get_month_label(self, work: Work) -> str:
+        return month_label(f"{work.month:%Y-%m}", work.month_estimated)
 
     def get_page_url(self, work: Work) -> str:
         return f"{self._page_url_prefix}{work.slug}/"

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+from collections import Counter
 
 import bibtexparser
 import pytest
@@ -11,7 +12,7 @@ from bibtexparser.middlewares import LatexDecodingMiddleware
 from django.core.management import call_command
 from pylatexenc.latex2text import LatexNodes2Text, MacroTextSpec, get_default_latex_context_db
 
-from atlas.exports import CSV_COLUMNS, citation_key_base
+from atlas.exports import CSV_COLUMNS, MONTHS, citation_key_base, month_label, venue_kind
 from atlas.models import Work
 
 WORKS = 199
@@ -59,14 +60,70 @@ def test_bibtex_has_one_valid_entry_per_work_with_unique_keys_and_exact_titles(
     assert "data version" in library.comments[0].comment
 
 
-def test_bibtex_marks_arxiv_works_with_eprint_and_archive_prefix(client, curated_atlas) -> None:
-    library = bibtexparser.parse_string(_export(client, "bibtex"))
-    arxiv = [work for work in curated_atlas.values() if work.arxiv_id]
-    entries = {entry.key: entry for entry in library.entries}
-    for work in arxiv:
-        entry = entries[work.citation_key]
-        assert entry["eprint"] == work.arxiv_id and entry["archivePrefix"] == "arXiv"
-        assert entry.entry_type in {"misc", "article"}
+def _bibtex_expected(work: Work) -> tuple[str, dict[str, str]]:
+    kind = venue_kind(work.venue or None)
+    fields = {"title": work.title, "year": str(work.month.year)}
+    fields["note"] = f"Loop Atlas: http://testserver/works/{work.slug}/"
+    if work.authors:
+        fields["author"] = " and ".join([*work.authors, *(["others"] * work.authors_et_al)])
+    venue_field = {"conference": "booktitle", "journal": "journal", "other": "howpublished"}
+    if kind in venue_field:
+        fields[venue_field[kind]] = work.venue
+    if work.arxiv_id:
+        fields |= {"eprint": work.arxiv_id, "archivePrefix": "arXiv"}
+    if work.url:
+        fields["url"] = work.url
+    if not work.month_estimated:
+        fields["month"] = MONTHS[work.month.month - 1]
+    entry_type = {"conference": "inproceedings", "journal": "article"}.get(kind, "misc")
+    return entry_type, fields
+
+
+def test_bibtex_round_trips_every_field_of_every_work(client, curated_atlas) -> None:
+    # when
+    library = bibtexparser.parse_string(
+        _export(client, "bibtex"),
+        append_middleware=[LatexDecodingMiddleware(decoder=_latex_decoder())],
+    )
+    # then: each entry holds exactly the fields its work implies, with the work's values
+    by_key = {work.citation_key: work for work in curated_atlas.values()}
+    for entry in library.entries:
+        entry_type, fields = _bibtex_expected(by_key[entry.key])
+        assert (entry.entry_type, entry.fields_dict.keys()) == (entry_type, fields.keys())
+        assert {name: field.value for name, field in entry.fields_dict.items()} == fields
+    types = Counter(entry.entry_type for entry in library.entries)
+    assert types["inproceedings"] > 0 and types["misc"] > 0
+    estimated = [entry for entry in library.entries if by_key[entry.key].month_estimated]
+    assert estimated and all("month" not in entry.fields_dict for entry in estimated)
+
+
+def test_ris_round_trips_every_field_of_every_work(client, curated_atlas) -> None:
+    records = rispy.loads(_export(client, "ris"))
+    by_key = {work.citation_key: work for work in curated_atlas.values()}
+    venue_tag = {"conference": "secondary_title", "journal": "journal_name", "other": "publisher"}
+    ris_type = {"preprint": "UNPB", "conference": "CONF", "journal": "JOUR", "other": "ELEC"}
+    for record in records:
+        work = by_key[record["id"]]
+        kind = venue_kind(work.venue or None)
+        expected = {
+            "type_of_reference": ris_type[kind],
+            "id": work.citation_key,
+            "title": work.title,
+            "year": str(work.month.year),
+            "urls": [url for url in (work.url, f"http://testserver/works/{work.slug}/") if url],
+            "abstract": work.summary,
+            "keywords": [work.recurrence_family, *work.topics],
+            "name_of_database": record["name_of_database"],
+        }
+        if work.authors:
+            expected["authors"] = work.authors
+        if not work.month_estimated:
+            expected["date"] = f"{work.month:%Y/%m}"
+        if kind in venue_tag:
+            expected[venue_tag[kind]] = work.venue
+        if work.arxiv_id:
+            expected["accession_number"] = f"arXiv:{work.arxiv_id}"
+        assert record == expected
 
 
 def test_citation_keys_are_stable_across_subsets(client, curated_atlas) -> None:
@@ -97,11 +154,46 @@ def test_csv_has_the_documented_header_and_one_row_per_work(client, curated_atla
     assert deja["modality"] == ";".join(work.modality)
     assert deja["authors"].split(";") == work.authors
     assert deja["month_estimated"] in {"true", "false"}
+    for row in rows:
+        work = curated_atlas[row["slug"]]
+        assert row["month_label"] == month_label(f"{work.month:%Y-%m}", work.month_estimated)
+        assert (json.loads(row["evidence"]) if row["evidence"] else {}) == work.evidence
+    ouro = next(row for row in rows if row["slug"].startswith("scaling-latent-reasoning-via"))
+    assert json.loads(ouro["evidence"])["depth_control"]["source"].startswith("seed 000")
+
+
+@pytest.mark.parametrize(
+    ("month", "estimated", "label"),
+    [("2026-10", False, "Oct 2026"), ("2026-10", True, "not before Oct 2026")],
+)
+def test_an_estimated_month_is_labelled_as_the_bound_it_is(month, estimated, label) -> None:
+    assert month_label(month, estimated) == label
+
+
+@pytest.mark.parametrize(
+    ("venue", "kind"),
+    [
+        (None, "preprint"),
+        ("arXiv", "preprint"),
+        ("alphaXiv preprint", "preprint"),
+        ("ICML 2026", "conference"),
+        ("NeurIPS 2025", "conference"),
+        ("LIT Workshop @ ICLR 2026", "conference"),
+        ("Transactions on Machine Learning Research", "journal"),
+        ("blog post (no arXiv id yet)", "other"),
+    ],
+)
+def test_venues_are_sorted_into_citation_kinds(venue, kind) -> None:
+    assert venue_kind(venue) == kind
 
 
 def test_json_states_the_data_version_and_holds_every_work(client, curated_atlas) -> None:
     document = json.loads(_export(client, "json"))
     assert document["count"] == len(document["works"]) == WORKS
+    works = {work["slug"]: work for work in document["works"]}
+    assert all(works[slug]["evidence"] == work.evidence for slug, work in curated_atlas.items())
+    first = document["works"][0]
+    assert first["month_estimated"] and first["month_label"].startswith("not before ")
     assert document["data_version"].endswith("Z")
 
 

@@ -12,6 +12,8 @@ FIELDS = {
     "summary",
     "month",
     "month_estimated",
+    "month_label",
+    "evidence",
     "authors",
     "authors_et_al",
     "venue",
