@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from atlas import exports, selectors
+from atlas import citation, exports, selectors
 from atlas.explore import explore_page
 from atlas.filters import SlugListField
 from atlas.forms import SuggestionForm
@@ -46,6 +46,8 @@ def _work_page(request: HttpRequest, work: Work, *, form, status: int = 200) -> 
         "work": work,
         "form": form,
         "bibtex": exports.bibtex_entry(row),
+        "citation_meta": citation.citation_meta(row),
+        "json_ld": citation.json_ld_text(citation.scholarly_article(row)),
         "related": selectors.work_related(work=work),
         "picks": picks_get(request.session),
     }

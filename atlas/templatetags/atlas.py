@@ -2,10 +2,11 @@
 
 from django import template
 
-from atlas import taxonomy
+from atlas import exports, taxonomy
 from atlas.charts import FAMILY_COLOURS
 from atlas.exports import EXPORT_FORMATS, ExportFormat
 from atlas.models import Work
+from atlas.records import evidence_source_kind
 from atlas.selectors import Comparison
 
 register = template.Library()
@@ -39,3 +40,18 @@ def export_formats() -> list[ExportFormat]:
 @register.filter
 def differs(comparison: Comparison, field: str) -> bool:
     return comparison.differs(field)
+
+
+@register.filter
+def facet_basis(work: Work, facet_name: str) -> dict[str, str]:
+    """Why a facet has its value: the recorded basis, else the summary it was read from."""
+    basis = work.evidence.get(facet_name)
+    if basis is None:
+        return {"note": "Classified from the title and summary.", "source": "summary"}
+    return {**basis, "kind": evidence_source_kind(basis["source"])}
+
+
+@register.filter
+def month_label(work: Work) -> str:
+    """``Oct 2026``, or ``not before Oct 2026`` for an estimated month."""
+    return exports.month_label(f"{work.month:%Y-%m}", work.month_estimated)

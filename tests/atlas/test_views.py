@@ -311,3 +311,24 @@ def test_compare_exports_the_compared_works(client, small_atlas) -> None:
     link = re.search(r'href="(/api/v1/export/\?works=[^"]*format=bibtex)"', page.decode())[1]
     bibtex = client.get(link.replace("&amp;", "&")).content.decode()
     assert bibtex.count("\n@") == 2 and "dehghani2018universal" in bibtex
+
+
+def test_the_work_page_says_why_each_label_and_what_was_not_applied(client, db) -> None:
+    # given a work whose month is a bound and whose KV label has a basis and a conflict
+    evidence = {
+        "kv_strategy": {
+            "note": "Every loop keeps its own cache.",
+            "source": "https://example.org/paper",
+            "conflict": "A catalogue says shared; not applied.",
+        }
+    }
+    load_rows(1, month="2026-10", month_estimated=True, kv_strategy="per-loop", evidence=evidence)
+    # when
+    html = client.get("/works/work-1/").content.decode()
+    # then
+    assert "not before Oct 2026" in html
+    assert html.count('<details class="basis"') == 7
+    assert "Every loop keeps its own cache." in html
+    assert '<a href="https://example.org/paper">https://example.org/paper</a>' in html
+    assert "Not applied: A catalogue says shared; not applied." in html
+    assert "Classified from the title and summary." in html
