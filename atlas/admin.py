@@ -5,12 +5,33 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from atlas import records, services
-from atlas.models import AtlasChange, Suggestion, Work, WorkTag
+from atlas.models import AtlasChange, FieldChange, Suggestion, Work, WorkTag
 
 
 class WorkTagInline(admin.TabularInline):
     model = WorkTag
     extra = 0
+
+
+class FieldChangeInline(admin.TabularInline):
+    """The work's history: every reviewed change of each of its fields, oldest first."""
+
+    model = FieldChange
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["change", "when", "field", "old", "new", "evidence"]
+    verbose_name = "change"
+    verbose_name_plural = "history"
+
+    @admin.display(description="when")
+    def when(self, row: FieldChange) -> str:
+        return f"{row.change.at:%Y-%m-%d %H:%M} UTC (version {row.change_id})"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[FieldChange]:
+        return super().get_queryset(request).select_related("change")
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 @admin.register(Work)
@@ -19,15 +40,25 @@ class WorkAdmin(admin.ModelAdmin):
     list_filter = ["recurrence_family", "depth_control", "kv_strategy", "training_regime"]
     search_fields = ["title", "slug", "summary"]
     readonly_fields = ["citation_key", "reviewed_at"]
-    inlines = [WorkTagInline]
+    inlines = [WorkTagInline, FieldChangeInline]
+
+    def save_model(self, request: HttpRequest, obj: Work, form, change: bool) -> None:
+        saved = Work.objects.filter(pk=obj.pk).first() if change else None
+        self._before = services.work_state(saved) if saved else None
+        super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         if form.has_changed() or any(formset.has_changed() for formset in formsets):
+            work = form.instance
             services.atlas_change_record(
                 kind=AtlasChange.Kind.EDIT,
-                summary=f"{form.instance.slug} edited by {request.user}",
+                summary=f"{work.slug} edited by {request.user}",
+                changes=[(work, self._before, services.work_state(work))],
             )
+
+
+EDITABLE_IN_REVIEW = ("review_note", "evidence_note", "evidence_source")
 
 
 @admin.register(Suggestion)
@@ -44,6 +75,8 @@ class SuggestionAdmin(admin.ModelAdmin):
         "current_value",
         "proposed_value",
         "rationale",
+        "evidence_note",
+        "evidence_source",
         "contact",
         "status",
         "created_at",
@@ -52,7 +85,8 @@ class SuggestionAdmin(admin.ModelAdmin):
         "reviewed_at",
         "review_note",
     ]
-    readonly_fields = [name for name in fields if name != "review_note"]
+    # The curator may reword the evidence (it becomes the label's basis) before approving.
+    readonly_fields = [name for name in fields if name not in EDITABLE_IN_REVIEW]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Suggestion]:
         return super().get_queryset(request).prefetch_related("work__tags")

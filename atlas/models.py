@@ -163,6 +163,12 @@ class AtlasChange(models.Model):
     kind = models.CharField(max_length=16, choices=Kind)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     summary = models.CharField(max_length=500)
+    snapshot = models.JSONField(
+        default=list,
+        blank=True,
+        encoder=ReadableJSONEncoder,
+        help_text="Every work as exported right after this change (pinned exports).",
+    )
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -170,6 +176,25 @@ class AtlasChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.summary}"
+
+
+class FieldChange(models.Model):
+    """One field of one work changed by a reviewed change (``field`` "work": added)."""
+
+    change = models.ForeignKey(AtlasChange, on_delete=models.CASCADE, related_name="fields")
+    work = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="history")
+    field = models.CharField(max_length=32)
+    old = models.JSONField(null=True, blank=True, encoder=ReadableJSONEncoder)
+    new = models.JSONField(null=True, blank=True, encoder=ReadableJSONEncoder)
+    evidence = models.JSONField(
+        null=True, blank=True, encoder=ReadableJSONEncoder, help_text="The new value's basis."
+    )
+
+    class Meta:
+        ordering = ["change_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.work.slug}: {self.field}"
 
 
 class Suggestion(models.Model):
@@ -184,6 +209,12 @@ class Suggestion(models.Model):
     field = models.CharField(max_length=32)
     proposed_value = models.TextField(help_text="Canonical text form, checked on submission.")
     rationale = models.TextField()
+    evidence_note = models.CharField(
+        max_length=500, blank=True, help_text="For a facet: why, in the curator's words."
+    )
+    evidence_source = models.CharField(
+        max_length=500, blank=True, help_text="summary, facts, seed NNN or a URL."
+    )
     contact = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=Status, default=Status.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -133,7 +133,8 @@ def evidence_source_kind(source: str) -> str:
     return "seed" if SEED_SOURCE_RE.match(source) else "url"
 
 
-def _source(value: Any) -> str:
+def evidence_source_check(value: Any) -> str:
+    """A basis's source: ``summary``, ``facts``, ``seed NNN…`` or an http(s) URL."""
     value = _text(500)(value)
     if value in ("summary", "facts") or SEED_SOURCE_RE.match(value):
         return value
@@ -151,7 +152,10 @@ def _basis(value: Any) -> dict[str, str]:
     unknown = sorted(set(value) - set(EVIDENCE_KEYS), key=str)
     if unknown:
         raise RecordError(f"unknown key(s): {', '.join(map(str, unknown))}")
-    basis = {"note": _text(500)(value.get("note")), "source": _source(value.get("source"))}
+    basis = {
+        "note": _text(500)(value.get("note")),
+        "source": evidence_source_check(value.get("source")),
+    }
     conflict = _text(1000, optional=True)(value.get("conflict"))
     return {**basis, "conflict": conflict} if conflict else basis
 

@@ -4,7 +4,7 @@ Every selector issues a fixed number of queries, whatever the number of works.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import (
     Case,
@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce, Concat
 
 from atlas import taxonomy
 from atlas.filters import WorkFilter
-from atlas.models import TOPIC, AtlasChange, Work, WorkTag
+from atlas.models import TOPIC, AtlasChange, FieldChange, Work, WorkTag
 
 COMPARE_MAX = 3
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -209,3 +209,65 @@ def works_compare(*, slugs: list[str]) -> Comparison:
         unknown=[slug for slug in slugs if slug not in by_slug],
         dropped=known[COMPARE_MAX:],
     )
+
+
+class UnknownVersion(ValueError):
+    """A data version that no reviewed change has (the message says what is accepted)."""
+
+
+def data_version_find(text: str) -> DataVersion:
+    """The version named by its number (``12``) or by the time exports state
+    (``2026-12-04T05:00:00Z``; the newest change of that second)."""
+    text = text.strip()
+    changes = AtlasChange.objects.order_by("-at", "-id")
+    if text.isdigit() and len(text) <= 18:
+        found = changes.filter(id=int(text)).values_list("id", "at").first()
+    else:
+        try:
+            at = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            raise UnknownVersion(
+                f"{text[:40]!r} is not a data version: give its number or its time "
+                "(YYYY-MM-DDTHH:MM:SSZ, as exports state it)"
+            ) from None
+        window = (at, at + timedelta(seconds=1))
+        found = changes.filter(at__gte=window[0], at__lt=window[1]).values_list("id", "at").first()
+    if found is None:
+        raise UnknownVersion(f"there is no data version {text[:40]!r}")
+    return DataVersion(*found)
+
+
+def version_rows(version: DataVersion) -> list[dict]:
+    """Every work exactly as it was exported at ``version``."""
+    return AtlasChange.objects.values_list("snapshot", flat=True).get(id=version.change_id)
+
+
+def changes_since(*, after: int) -> list[dict]:
+    """Each field changed by a reviewed change after data version ``after``, oldest first."""
+    rows = (
+        FieldChange.objects.filter(change_id__gt=after)
+        .order_by("change__at", "change_id", "id")
+        .values(
+            "change_id",
+            "change__at",
+            "change__kind",
+            "work__slug",
+            "field",
+            "old",
+            "new",
+            "evidence",
+        )
+    )
+    return [
+        {
+            "version": row["change_id"],
+            "when": row["change__at"],
+            "kind": row["change__kind"],
+            "work": row["work__slug"],
+            "field": row["field"],
+            "old": row["old"],
+            "new": row["new"],
+            "evidence": row["evidence"],
+        }
+        for row in rows
+    ]

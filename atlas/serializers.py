@@ -7,8 +7,8 @@ from rest_framework import serializers
 
 from atlas import taxonomy
 from atlas.exports import month_label
-from atlas.models import Confidence, Work
-from atlas.records import CORRECTABLE_FIELDS
+from atlas.models import AtlasChange, Confidence, Work
+from atlas.records import CORRECTABLE_FIELDS, RecordError, evidence_source_check
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-05"})
@@ -112,6 +112,18 @@ class SuggestionSerializer(serializers.Serializer):
         max_length=5000, help_text="The corrected value; separate several values with ';'."
     )
     rationale = serializers.CharField(max_length=2000, help_text="Why, with a source.")
+    evidence_note = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="For a facet: the basis of the proposed label, in a sentence.",
+    )
+    evidence_source = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Where the basis comes from: summary, facts, seed NNN or an http(s) URL.",
+    )
     contact = serializers.CharField(
         max_length=200,
         required=False,
@@ -121,6 +133,14 @@ class SuggestionSerializer(serializers.Serializer):
     )
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
+
+    def validate_evidence_source(self, value: str) -> str:
+        if value.strip():
+            try:
+                evidence_source_check(value.strip())
+            except RecordError as exc:
+                raise serializers.ValidationError(str(exc)) from exc
+        return value
 
 
 # The shapes of the other reads, for the schema: each answers one object, even though it
@@ -164,6 +184,26 @@ class ComparisonSerializer(serializers.Serializer):
     differences = serializers.ListField(
         child=serializers.CharField(), help_text="Compared fields whose values differ."
     )
+
+
+class ChangeSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="The data version this change made.")
+    when = serializers.DateTimeField()
+    kind = serializers.ChoiceField(choices=AtlasChange.Kind.values)
+    work = serializers.SlugField()
+    field = serializers.CharField(help_text="The field changed; 'work' for a work added.")
+    old = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
+    evidence = serializers.JSONField(allow_null=True, help_text="The new label's basis.")
+
+
+@extend_schema_serializer(many=False)
+class ChangesSerializer(serializers.Serializer):
+    since = serializers.IntegerField(help_text="Changes after this data version are listed.")
+    data_version = serializers.CharField()
+    data_version_number = serializers.IntegerField()
+    count = serializers.IntegerField()
+    changes = ChangeSerializer(many=True)
 
 
 @extend_schema_serializer(many=False)

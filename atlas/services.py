@@ -4,16 +4,26 @@ Each write that changes what visitors see records an ``AtlasChange``; the newest
 is the data version that exports state and that ETags are derived from.
 """
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from atlas import taxonomy
 from atlas.exports import citation_key_base
-from atlas.models import TAG_FACETS, AtlasChange, Suggestion, Work, WorkTag
-from atlas.records import FIELD_RULES, RecordError, WorkRecord, value_from_text, value_to_text
+from atlas.models import TAG_FACETS, AtlasChange, FieldChange, Suggestion, Work, WorkTag
+from atlas.records import (
+    FIELD_RULES,
+    RecordError,
+    WorkRecord,
+    evidence_source_check,
+    value_from_text,
+    value_to_text,
+)
 
 # Record fields stored as Work columns (the rest are tags); "n" is stored as ``position``.
 COLUMNS: dict[str, str] = {
@@ -31,8 +41,66 @@ class LoadReport:
         return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged"
 
 
-def atlas_change_record(*, kind: AtlasChange.Kind, summary: str) -> AtlasChange:
-    return AtlasChange.objects.create(kind=kind, summary=summary[:500])
+WorkState = dict[str, Any]
+ADDED = "work"  # the field name of a FieldChange that records a new work
+_FACET_NAMES = frozenset(facet.name for facet in taxonomy.FACETS)
+
+
+def _plain(value: Any) -> Any:
+    return f"{value:%Y-%m}" if isinstance(value, date) else value
+
+
+def work_state(work: Work) -> WorkState:
+    """Every recorded field of a work, as JSON values (months as ``YYYY-MM``)."""
+    state = {field: _plain(getattr(work, column)) for field, column in COLUMNS.items()}
+    return state | {facet: work.tag_values(facet) for facet in TAG_FACETS}
+
+
+def _record_state(record: WorkRecord) -> WorkState:
+    return {field: _plain(value) for field, value in record.values.items()}
+
+
+def _field_changes(work: Work, before: WorkState | None, after: WorkState) -> list[FieldChange]:
+    """What differs between two states of a work; a new work is one "added" row."""
+    if before is None:
+        return [FieldChange(work=work, field=ADDED, new=after["title"])]
+    evidence = after.get("evidence") or {}
+    return [
+        FieldChange(
+            work=work,
+            field=field,
+            old=before.get(field),
+            new=value,
+            evidence=evidence.get(field) if field in _FACET_NAMES else None,
+        )
+        for field, value in after.items()
+        if before.get(field) != value
+    ]
+
+
+def _snapshot() -> list[dict[str, Any]]:
+    from atlas.selectors import work_queryset
+    from atlas.serializers import WorkSerializer
+
+    rows = WorkSerializer(work_queryset(), many=True).data
+    return json.loads(json.dumps(rows, ensure_ascii=False))
+
+
+def atlas_change_record(
+    *,
+    kind: AtlasChange.Kind,
+    summary: str,
+    changes: Iterable[tuple[Work, WorkState | None, WorkState]] = (),
+) -> AtlasChange:
+    """Advance the data version: one ``AtlasChange`` with a snapshot of every work (what a
+    pinned export serves) and a ``FieldChange`` per changed field of each (work, before,
+    after)."""
+    change = AtlasChange.objects.create(kind=kind, summary=summary[:500], snapshot=_snapshot())
+    rows = [row for work, before, after in changes for row in _field_changes(work, before, after)]
+    for row in rows:
+        row.change = change
+    FieldChange.objects.bulk_create(rows, batch_size=1000)
+    return change
 
 
 def _record_columns(record: WorkRecord) -> dict[str, Any]:
@@ -81,14 +149,18 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
     created: list[Work] = []
     updated: list[Work] = []
     tags_of: dict[str, set[tuple[str, str]]] = {}
+    states: list[tuple[Work, WorkState | None, WorkState]] = []
     unchanged = 0
     for record in sorted(records, key=lambda r: -r.position):
         columns, tags = _record_columns(record), _record_tags(record)
         work = existing.get(record.slug)
         if work is None:
             key = _unique_key(citation_key_base(**_citation_parts(record)), taken)
-            created.append(Work(**columns, citation_key=key))
+            work = Work(**columns, citation_key=key)
+            created.append(work)
+            states.append((work, None, _record_state(record)))
         elif _work_columns(work) != columns or _work_tags(work) != tags:
+            states.append((work, work_state(work), _record_state(record)))
             for column, value in columns.items():
                 setattr(work, column, value)
             updated.append(work)
@@ -101,7 +173,9 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
     _tags_replace(works=[*created, *updated], tags_of=tags_of)
     report = LoadReport(created=len(created), updated=len(updated), unchanged=unchanged)
     if created or updated:
-        atlas_change_record(kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}")
+        atlas_change_record(
+            kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
+        )
     return report
 
 
@@ -138,21 +212,35 @@ def _work_field_set(*, work: Work, field: str, value: Any) -> None:
 
 
 def suggestion_submit(
-    *, work: Work, field: str, proposed_value: str, rationale: str, contact: str = ""
+    *,
+    work: Work,
+    field: str,
+    proposed_value: str,
+    rationale: str,
+    contact: str = "",
+    evidence_note: str = "",
+    evidence_source: str = "",
 ) -> Suggestion:
-    """Queue a correction for review once its value passes the field's rules.
+    """Queue a correction for review once its value (and the source of its evidence, if
+    given) passes the field's rules.
 
     Raises:
-        RecordError: the field is not correctable or the value is invalid.
+        RecordError: the field is not correctable, or the value or source is invalid.
     """
     value = value_from_text(field, proposed_value)
-    return Suggestion.objects.create(
+    suggestion = Suggestion(
         work=work,
         field=field,
         proposed_value=value_to_text(value),
         rationale=rationale.strip(),
         contact=contact.strip(),
+        evidence_note=evidence_note.strip(),
+        evidence_source=evidence_source.strip(),
     )
+    if suggestion.evidence_source:
+        evidence_source_check(suggestion.evidence_source)
+    suggestion.save()
+    return suggestion
 
 
 class ReviewError(ValueError):
@@ -176,18 +264,36 @@ def suggestion_approve(*, suggestion: Suggestion, reviewer: Any) -> Suggestion:
     except RecordError as exc:
         raise ReviewError(f"Suggestion #{suggestion.pk} is no longer valid: {exc}") from exc
     now = timezone.now()
+    before = work_state(work)
     suggestion.previous_value = value_to_text(work_field_value(work=work, field=suggestion.field))
     _work_field_set(work=work, field=suggestion.field, value=value)
+    if suggestion.field in _FACET_NAMES:
+        work.evidence = {**work.evidence, suggestion.field: suggestion_basis(suggestion)}
     work.reviewed_at = now
     work.save()
     suggestion.status = Suggestion.Status.APPROVED
     suggestion.reviewed_by, suggestion.reviewed_at = reviewer, now
     suggestion.save()
+    after = work_state(work)
     atlas_change_record(
         kind=AtlasChange.Kind.SUGGESTION,
         summary=f"{work.slug}: {suggestion.field} corrected (suggestion #{suggestion.pk})",
+        changes=[(work, before, after)],
     )
     return suggestion
+
+
+def suggestion_basis(suggestion: Suggestion) -> dict[str, str]:
+    """The basis an approved facet value gets: the suggestion's evidence (as the curator
+    left it in review), its rationale when it gave no note, the summary when no source."""
+    basis = {
+        "note": (suggestion.evidence_note or suggestion.rationale).strip()[:500],
+        "source": suggestion.evidence_source.strip() or "summary",
+    }
+    try:
+        return FIELD_RULES["evidence"].clean({suggestion.field: basis})[suggestion.field]
+    except RecordError as exc:
+        raise ReviewError(f"Suggestion #{suggestion.pk}: its evidence {exc}") from exc
 
 
 @transaction.atomic

@@ -25,6 +25,8 @@ from atlas.filters import SlugListField, WorkFilter
 from atlas.models import Work
 from atlas.records import RecordError
 from atlas.serializers import (
+    ChangeSerializer,
+    ChangesSerializer,
     ComparisonSerializer,
     ExportDocumentSerializer,
     FacetsSerializer,
@@ -173,6 +175,7 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     renderer_classes = EXPORT_RENDERERS
     metadata_class = None  # OPTIONS is a 405: describing the endpoint is not a file
     throttle_classes = [ExportThrottle]
+    extra_query_params = ("version",)
 
     @extend_schema(
         responses={
@@ -183,16 +186,88 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
             for fmt in EXPORT_FORMATS.values()
         }
         | {400: ERRORS[400], 429: OpenApiResponse(description="Too many exports; retry later.")},
+        parameters=[
+            OpenApiParameter(
+                "version",
+                OpenApiTypes.STR,
+                description="A data version (its number or its time as exports state it): "
+                "every work exactly as it was then; not combined with filters.",
+            )
+        ],
     )
     @conditional(selectors.data_version)
     def list(self, request: Request) -> Response:
-        works = self.filter_queryset(self.get_queryset())
-        rows = WorkSerializer(works, many=True, context={"request": request}).data
-        version = self.content_version.label
+        if "version" in request.query_params:
+            pinned = _pinned_version(request)
+            fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
+            rows = [
+                {name: row[name] for name in fields}
+                | {"page_url": request.build_absolute_uri(row["page_url"])}
+                for row in selectors.version_rows(pinned)
+            ]
+            version = pinned.label
+        else:
+            works = self.filter_queryset(self.get_queryset())
+            rows = WorkSerializer(works, many=True, context={"request": request}).data
+            version = self.content_version.label
         fmt = EXPORT_FORMATS[request.accepted_renderer.format]
         disposition = f'attachment; filename="{export_filename(fmt, version)}"'
         headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
         return Response({"version": version, "rows": rows}, headers=headers)
+
+
+def _pinned_version(request: Request) -> selectors.DataVersion:
+    filters = sorted(set(request.query_params) - {"version", "format"})
+    if filters:
+        raise ValidationError(
+            {"version": [f"a pinned export holds every work; it takes no {', '.join(filters)}"]}
+        )
+    return _version(request, "version")
+
+
+def _version(request: Request, name: str) -> selectors.DataVersion:
+    try:
+        return selectors.data_version_find(request.query_params[name])
+    except selectors.UnknownVersion as exc:
+        raise ValidationError({name: [str(exc)]}) from exc
+
+
+class ChangeViewSet(viewsets.GenericViewSet):
+    """What each reviewed change after a data version changed: work, field, old and new
+    value, when, and the basis of the new value."""
+
+    queryset = Work.objects.none()
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "since",
+                OpenApiTypes.STR,
+                description="A data version (number or time); omitted: every change.",
+            )
+        ],
+        responses={200: ChangesSerializer, 400: ERRORS[400]},
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        unknown = sorted(set(request.query_params) - {"since", "format"})
+        if unknown:
+            raise ValidationError(
+                {name: ["unknown parameter; allowed: format, since"] for name in unknown}
+            )
+        since = _version(request, "since").change_id if "since" in request.query_params else 0
+        changes = selectors.changes_since(after=since)
+        current = self.content_version
+        return Response(
+            {
+                "since": since,
+                "data_version": current.label,
+                "data_version_number": current.change_id,
+                "count": len(changes),
+                "changes": ChangeSerializer(changes, many=True).data,
+            }
+        )
 
 
 class SuggestionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):

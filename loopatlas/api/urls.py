@@ -19,6 +19,7 @@ router.register("facets", atlas_api.FacetViewSet, basename="facet")
 router.register("timeline", atlas_api.TimelineViewSet, basename="timeline")
 router.register("compare", atlas_api.CompareViewSet, basename="compare")
 router.register("export", atlas_api.ExportViewSet, basename="export")
+router.register("changes", atlas_api.ChangeViewSet, basename="change")
 router.register("suggestions", atlas_api.SuggestionViewSet, basename="suggestion")
 router.register("runs", playground_api.RunViewSet, basename="run")
 

@@ -50,7 +50,16 @@ def test_an_edit_in_the_admin_is_a_new_data_version(curator_client, small_atlas)
         "authors": '["Mostafa Dehghani"]',
         "tags-TOTAL_FORMS": "0",
         "tags-INITIAL_FORMS": "0",
+        "history-TOTAL_FORMS": "0",
+        "history-INITIAL_FORMS": "0",
     }
     response = curator_client.post(f"/admin/atlas/work/{work.pk}/change/", data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert AtlasChange.objects.latest().kind == "edit"
+    # and the work's history holds the edited fields, old and new
+    edited = work.history.filter(change=AtlasChange.objects.latest())
+    changed = {row.field: (row.old, row.new) for row in edited}
+    assert changed["title"] == ("Universal Transformers", "Universal Transformers (edited)")
+    assert changed["authors"][1] == ["Mostafa Dehghani"]
+    page = curator_client.get(f"/admin/atlas/work/{work.pk}/change/").content.decode()
+    assert "Universal Transformers (edited)" in page and "History" in page
