@@ -25,7 +25,7 @@ class FieldChangeInline(admin.TabularInline):
 
     @admin.display(description="when")
     def when(self, row: FieldChange) -> str:
-        return f"{row.change.at:%Y-%m-%d %H:%M} UTC (version {row.change_id})"
+        return f"{row.change.at:%Y-%m-%d %H:%M} UTC (version {row.change.pk})"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[FieldChange]:
         return super().get_queryset(request).select_related("change")
@@ -86,7 +86,7 @@ class SuggestionAdmin(admin.ModelAdmin):
         "review_note",
     ]
     # The curator may reword the evidence (it becomes the label's basis) before approving.
-    readonly_fields = [name for name in fields if name not in EDITABLE_IN_REVIEW]
+    readonly_fields = [str(name) for name in fields if name not in EDITABLE_IN_REVIEW]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Suggestion]:
         return super().get_queryset(request).prefetch_related("work__tags")

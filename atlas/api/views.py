@@ -4,6 +4,9 @@ Every read takes the Explore parameters through the one ``WorkFilter`` and answe
 conditional requests; the registry of routes is ``loopatlas/api/urls.py``.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -200,7 +203,7 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
         if "version" in request.query_params:
             pinned = _pinned_version(request)
             fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
-            rows = [
+            rows: Sequence[dict[str, Any]] = [
                 {name: row[name] for name in fields}
                 | {"page_url": request.build_absolute_uri(row["page_url"])}
                 for row in selectors.version_rows(pinned)
@@ -208,7 +211,7 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
             version = pinned.label
         else:
             works = self.filter_queryset(self.get_queryset())
-            rows = WorkSerializer(works, many=True, context={"request": request}).data
+            rows = list(WorkSerializer(works, many=True, context={"request": request}).data)
             version = self.content_version.label
         fmt = EXPORT_FORMATS[request.accepted_renderer.format]
         disposition = f'attachment; filename="{export_filename(fmt, version)}"'
