@@ -332,3 +332,6 @@ def test_the_work_page_says_why_each_label_and_what_was_not_applied(client, db) 
     assert '<a href="https://example.org/paper">https://example.org/paper</a>' in html
     assert "Not applied: A catalogue says shared; not applied." in html
     assert "Classified from the title and summary." in html
+    # and Explore and Compare state the month as the bound it is
+    assert "not before Oct 2026" in client.get("/").content.decode()
+    assert "not before Oct 2026" in client.get("/compare/?works=work-1").content.decode()
