@@ -157,8 +157,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "loopatlas.api.conventions.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
+        "loopatlas.api.parsers.JSONParser",
+        "loopatlas.api.parsers.FormParser",
     ],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     # Anonymous writes and heavy exports are limited per address; reads are not.
