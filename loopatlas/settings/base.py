@@ -11,6 +11,8 @@ Variables (all optional on the embedded default):
     PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
                            shipped ``pydoc-loop`` comes first (the default) unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
+    NUM_PROXIES    reverse proxies in front that append to X-Forwarded-For (default 0:
+                   the header is ignored and the peer address identifies a client).
 """
 
 from pathlib import Path
@@ -148,6 +150,10 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+NUM_PROXIES = env_int("NUM_PROXIES", 0)
+if NUM_PROXIES < 0:
+    raise ImproperlyConfigured(f"NUM_PROXIES={NUM_PROXIES} is negative")
+
 # The API's shared conventions are in loopatlas/api/conventions.py.
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -166,7 +172,10 @@ REST_FRAMEWORK = {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
     },
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0) or None,
+    # How many proxies of the operator's sit in front (0: none, so X-Forwarded-For is a
+    # header like any other). DRF's None would trust the header, letting a client pick
+    # its own address and reset every per-address limit.
+    "NUM_PROXIES": NUM_PROXIES,
 }
 
 # Reads keep their data in the cache under their ETag (which names the data version),
