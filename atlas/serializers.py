@@ -1,5 +1,7 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
+from typing import Any
+
 from django.urls import reverse
 from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
@@ -7,7 +9,7 @@ from rest_framework import serializers
 
 from atlas import taxonomy
 from atlas.models import Confidence, Work
-from atlas.records import CORRECTABLE_FIELDS
+from atlas.records import CORRECTABLE_FIELDS, SLUG_RE
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-05"})
@@ -83,10 +85,20 @@ class WorkSerializer(serializers.Serializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class WorkSlugField(serializers.SlugRelatedField):
+    """A work by slug; what is not even a slug is refused before it reaches the database
+    (PostgreSQL refuses NUL in text with an error, not with no match)."""
+
+    def to_internal_value(self, data: Any) -> Work:
+        if not isinstance(data, str) or not SLUG_RE.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:200])
+        return super().to_internal_value(data)
+
+
 class SuggestionSerializer(serializers.Serializer):
     """A proposed correction; the value is checked against the field's rules on submit."""
 
-    work = serializers.SlugRelatedField(
+    work = WorkSlugField(
         slug_field="slug",
         queryset=Work.objects.all(),
         help_text="Slug of the work to correct.",
