@@ -5,9 +5,9 @@ Semantics, as a researcher narrowing a list expects them:
 - several values of a multi-valued facet or of ``topics`` mean *all of* them, so each
   added topic narrows the list;
 - different parameters combine with *and*.
-An unknown value is refused with a message that names the allowed ones. Repeated values
-count once, and at most ``MAX_VALUES`` distinct values of one parameter reach the query
-(each topic adds a join; a few hundred overflow the database's expression depth).
+An unknown value is refused with a message that names the allowed ones. A parameter
+takes at most ``MAX_VALUES`` values (each topic adds a join; a few hundred overflow the
+database's expression depth), and a repeated value counts once.
 """
 
 import re
@@ -32,7 +32,7 @@ ORDERINGS = {
 ORDERING_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first"), ("title", "Title")]
 SEARCH_MAX_LENGTH = 200
 MAX_WORKS_PARAM = 50
-MAX_VALUES = 20  # distinct values of one list parameter (the largest vocabulary has 11)
+MAX_VALUES = 20  # values of one list parameter (the largest vocabulary has 11)
 _MONTH_OR_YEAR = re.compile(r"^(\d{4})(?:-(\d{2}))?$")
 
 
@@ -48,15 +48,16 @@ class VocabularyField(django_filters.fields.MultipleChoiceField):
         super().__init__(*args, **kwargs)
 
     def to_python(self, value: object) -> list[str]:
-        return list(dict.fromkeys(super().to_python(value)))  # repeats count once, in order
+        values = super().to_python(value)
+        if len(values) > MAX_VALUES:
+            raise forms.ValidationError(
+                f"at most {MAX_VALUES} values, not {len(values)}", code="too_many"
+            )
+        return list(dict.fromkeys(values))  # a repeated value counts once
 
     def validate(self, value: list[str]) -> None:
         if not value:
             return  # no need to read the choices (the topics' come from the database)
-        if len(value) > MAX_VALUES:
-            raise forms.ValidationError(
-                f"at most {MAX_VALUES} different values, not {len(value)}", code="too_many"
-            )
         allowed = [str(slug) for slug, _ in self.choices]
         for item in value:
             if item not in allowed:

@@ -119,6 +119,15 @@ class SuggestionSerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
 
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # DRF's CharField turns a number into text; the schema says string, so refuse it.
+        if isinstance(data, dict):
+            texts = ("proposed_value", "rationale", "contact")
+            wrong = [name for name in texts if name in data and not isinstance(data[name], str)]
+            if wrong:
+                raise serializers.ValidationError({name: ["must be a string"] for name in wrong})
+        return super().to_internal_value(data)
+
 
 # The shapes of the other reads, for the schema: each answers one object, even though it
 # is routed as a list.

@@ -1,4 +1,4 @@
-"""Request body parsers for ``/api/v1/``: DRF's, with the body bounded before it is parsed.
+"""The request body parser for ``/api/v1/``: DRF's JSON one, bounded before it parses.
 
 DRF reads the request stream itself, so Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` never
 applies to it, and ``json`` recurses once per nesting level (100,000 ``[`` raise a
@@ -12,7 +12,6 @@ import re
 from itertools import accumulate
 from typing import IO, Any
 
-from django.http import QueryDict
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import get_encoding
@@ -59,10 +58,3 @@ class JSONParser(parsers.JSONParser):
             return json.loads(codecs.decode(body, get_encoding(parser_context)))
         except ValueError as exc:  # UnicodeDecodeError is one
             raise ParseError(f"JSON parse error - {exc}") from exc
-
-
-class FormParser(parsers.FormParser):
-    def parse(
-        self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
-    ) -> QueryDict:
-        return QueryDict(body_read(stream), encoding=get_encoding(parser_context))

@@ -171,10 +171,9 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "loopatlas.api.conventions.FormatNegotiation",
     "EXCEPTION_HANDLER": "loopatlas.api.conventions.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": [
-        "loopatlas.api.parsers.JSONParser",
-        "loopatlas.api.parsers.FormParser",
-    ],
+    # JSON bodies only (bounded, loopatlas/api/parsers.py): the pages' forms post to
+    # their own views, and one body format keeps the schema exact.
+    "DEFAULT_PARSER_CLASSES": ["loopatlas.api.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     # Anonymous writes and heavy exports are limited per address; reads are not.
     "DEFAULT_THROTTLE_RATES": {
@@ -199,6 +198,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get components of their own, so they state what a write requires
+    # (a non-blank prompt: minLength 1) apart from what a read returns.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "atlas.api.schema.schema_atlas_bounds",  # vocabularies and slugs from the database
+    ],
 }
 
 LOGGING = {

@@ -13,11 +13,11 @@ READS = ["/api/v1/works/", "/api/v1/facets/", "/api/v1/timeline/", "/api/v1/expo
 
 
 @pytest.mark.parametrize("url", READS)
-def test_a_value_repeated_999_times_counts_once(client, small_atlas, url) -> None:
-    # given the same filter value 999 times (it once overflowed the SQL expression tree)
+def test_a_repeated_value_counts_once(client, small_atlas, url) -> None:
+    # given the same filter value as often as a parameter takes values
     once = client.get(f"{url}?modality=language")
     # when
-    repeated = client.get(f"{url}?" + "&".join(["modality=language"] * 999))
+    repeated = client.get(f"{url}?" + "&".join(["modality=language"] * MAX_VALUES))
     # then the answer is the one for the value given once (the page also echoes its query)
     assert once.status_code == repeated.status_code == 200
     if url == "/":
@@ -31,13 +31,12 @@ def _works_in(page) -> list[str]:
 
 
 @pytest.mark.parametrize("url", READS)
-def test_more_distinct_values_than_the_limit_are_a_400_naming_it(client, small_atlas, url):
-    query = "&".join(f"topics=topic-{n}" for n in range(MAX_VALUES + 1))
-    response = client.get(f"{url}?{query}")
+@pytest.mark.parametrize("values", [[f"topic-{n}" for n in range(500)], ["language"] * 999])
+def test_more_values_than_the_limit_are_a_400_naming_it(client, small_atlas, url, values):
+    # 999 repeats once overflowed the SQL expression tree (a 500)
+    response = client.get(f"{url}?" + "&".join(f"modality={value}" for value in values))
     assert response.status_code == 400
-    assert f"at most {MAX_VALUES} different values, not {MAX_VALUES + 1}" in (
-        response.content.decode()
-    )
+    assert f"at most {MAX_VALUES} values, not {len(values)}" in response.content.decode()
 
 
 def test_more_fields_than_django_parses_are_a_400(client, small_atlas) -> None:
@@ -69,9 +68,8 @@ def test_nesting_up_to_the_limit_reaches_validation(client, small_atlas) -> None
     assert response.status_code == 400 and "work" in response.json()["errors"]
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
-def test_a_body_over_the_limit_is_a_413_naming_it(client, small_atlas, content_type) -> None:
-    response = _suggestion(client, b"a" * (MAX_BODY_BYTES + 1), content_type)
+def test_a_body_over_the_limit_is_a_413_naming_it(client, small_atlas) -> None:
+    response = _suggestion(client, b"a" * (MAX_BODY_BYTES + 1))
     assert response.status_code == 413
     assert response.json() == {"detail": f"The request body is larger than {MAX_BODY_BYTES} bytes."}
 
@@ -79,3 +77,8 @@ def test_a_body_over_the_limit_is_a_413_naming_it(client, small_atlas, content_t
 def test_invalid_utf8_in_json_is_a_400(client, small_atlas) -> None:
     response = _suggestion(client, b'{"work": "\xff\xfe"}')
     assert response.status_code == 400 and "JSON parse error" in response.json()["detail"]
+
+
+def test_the_api_takes_json_bodies_only(client, small_atlas) -> None:
+    response = _suggestion(client, b"work=x", "application/x-www-form-urlencoded")
+    assert response.status_code == 415
