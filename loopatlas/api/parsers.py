@@ -12,9 +12,9 @@ import re
 from itertools import accumulate
 from typing import IO, Any
 
+from django.conf import settings
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import get_encoding
 from rest_framework.utils import json  # json.loads refusing NaN and Infinity
 
 MAX_BODY_BYTES = 256 * 1024
@@ -55,6 +55,7 @@ class JSONParser(parsers.JSONParser):
         if json_depth(body) > MAX_JSON_DEPTH:
             raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         try:
-            return json.loads(codecs.decode(body, get_encoding(parser_context)))
+            encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+            return json.loads(codecs.decode(body, encoding))
         except ValueError as exc:  # UnicodeDecodeError is one
             raise ParseError(f"JSON parse error - {exc}") from exc
