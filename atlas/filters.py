@@ -5,7 +5,9 @@ Semantics, as a researcher narrowing a list expects them:
 - several values of a multi-valued facet or of ``topics`` mean *all of* them, so each
   added topic narrows the list;
 - different parameters combine with *and*.
-An unknown value is refused with a message that names the allowed ones.
+An unknown value is refused with a message that names the allowed ones. A parameter
+takes at most ``MAX_VALUES`` values (each topic adds a join; a few hundred overflow the
+database's expression depth), and a repeated value counts once.
 """
 
 import re
@@ -30,6 +32,7 @@ ORDERINGS = {
 ORDERING_CHOICES = [("newest", "Newest first"), ("oldest", "Oldest first"), ("title", "Title")]
 SEARCH_MAX_LENGTH = 200
 MAX_WORKS_PARAM = 50
+MAX_VALUES = 20  # values of one list parameter (the largest vocabulary has 11)
 _MONTH_OR_YEAR = re.compile(r"^(\d{4})(?:-(\d{2}))?$")
 
 
@@ -43,6 +46,14 @@ class VocabularyField(django_filters.fields.MultipleChoiceField):
     def __init__(self, *args, param: str, **kwargs) -> None:
         self.param = param
         super().__init__(*args, **kwargs)
+
+    def to_python(self, value: object) -> list[str]:
+        values = super().to_python(value)
+        if len(values) > MAX_VALUES:
+            raise forms.ValidationError(
+                f"at most {MAX_VALUES} values, not {len(values)}", code="too_many"
+            )
+        return list(dict.fromkeys(values))  # a repeated value counts once
 
     def validate(self, value: list[str]) -> None:
         if not value:

@@ -1,5 +1,7 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
+from typing import Any
+
 from django.urls import reverse
 from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
@@ -8,7 +10,7 @@ from rest_framework import serializers
 from atlas import taxonomy
 from atlas.exports import month_label
 from atlas.models import AtlasChange, Confidence, Work
-from atlas.records import CORRECTABLE_FIELDS, RecordError, evidence_source_check
+from atlas.records import CORRECTABLE_FIELDS, SLUG_RE, RecordError, evidence_source_check
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-05"})
@@ -98,10 +100,20 @@ class WorkSerializer(serializers.Serializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class WorkSlugField(serializers.SlugRelatedField):
+    """A work by slug; what is not even a slug is refused before it reaches the database
+    (PostgreSQL refuses NUL in text with an error, not with no match)."""
+
+    def to_internal_value(self, data: Any) -> Work:
+        if not isinstance(data, str) or not SLUG_RE.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:200])
+        return super().to_internal_value(data)
+
+
 class SuggestionSerializer(serializers.Serializer):
     """A proposed correction; the value is checked against the field's rules on submit."""
 
-    work = serializers.SlugRelatedField(
+    work = WorkSlugField(
         slug_field="slug",
         queryset=Work.objects.all(),
         help_text="Slug of the work to correct.",
@@ -141,6 +153,15 @@ class SuggestionSerializer(serializers.Serializer):
             except RecordError as exc:
                 raise serializers.ValidationError(str(exc)) from exc
         return value
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # DRF's CharField turns a number into text; the schema says string, so refuse it.
+        if isinstance(data, dict):
+            texts = ("proposed_value", "rationale", "contact", "evidence_note", "evidence_source")
+            wrong = [name for name in texts if name in data and not isinstance(data[name], str)]
+            if wrong:
+                raise serializers.ValidationError({name: ["must be a string"] for name in wrong})
+        return super().to_internal_value(data)
 
 
 # The shapes of the other reads, for the schema: each answers one object, even though it

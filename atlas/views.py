@@ -6,7 +6,7 @@ whole documents; htmx requests get the swapped region only (``template#partial``
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -17,7 +17,7 @@ from atlas.filters import SlugListField
 from atlas.forms import SuggestionForm
 from atlas.models import Work
 from atlas.picks import picks_get, picks_set
-from atlas.records import RecordError
+from atlas.records import SLUG_RE, RecordError
 from atlas.serializers import WorkSerializer
 from atlas.services import suggestion_submit
 from atlas.throttles import SuggestionThrottle
@@ -101,7 +101,10 @@ def compare(request: HttpRequest) -> HttpResponse:
 @require_POST
 def compare_pick(request: HttpRequest) -> HttpResponse:
     """Tick or untick one work for Compare (``picked`` present = ticked)."""
-    work = get_object_or_404(Work, slug=request.POST.get("slug", ""))
+    slug = request.POST.get("slug", "")
+    if not SLUG_RE.fullmatch(slug):  # never sent to the database (PostgreSQL refuses NUL)
+        raise Http404("Not a work slug.")
+    work = get_object_or_404(Work, slug=slug)
     result = picks_set(request.session, slug=work.slug, picked="picked" in request.POST)
     if request.htmx:
         context = {"work": work, "picks": result.picks, "refused": result.refused}

@@ -12,7 +12,10 @@ class ExportRenderer(BaseRenderer):
     charset = "utf-8"
 
     def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
-        return self.export.render(data["rows"], data["version"]).encode(self.charset)
+        text = self.export.render(data["rows"], data["version"])
+        # DRF drops the Content-Type of an empty body; an empty export is still a file of
+        # its format (RIS of no works, say), so it is one line break.
+        return (text or "\n").encode(self.charset)
 
 
 def _renderer(name: str) -> type[ExportRenderer]:

@@ -14,10 +14,11 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse, HttpResponseBase
+from django.http import HttpResponse, HttpResponseBase, QueryDict
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date
 from django_filters.rest_framework import DjangoFilterBackend
@@ -134,11 +135,22 @@ class ContentVersion(Protocol):
     def at(self) -> datetime: ...
 
 
+def query_normalised(query: QueryDict) -> str:
+    """The query string with its parameters sorted and repeated ones given once.
+
+    Every parameter is a filter combined with *and* or a set of values, so neither the
+    order nor repeats change the answer.
+    """
+    pairs = {(name, value) for name, values in query.lists() for value in values}
+    return urlencode(sorted(pairs))
+
+
 def conditional(version: Callable[[], ContentVersion]):
     """Decorate a read action: ETag/Last-Modified from ``version()``, 304 when unchanged.
 
-    The ETag also covers the absolute URL and the negotiated media type, since those
-    pick the representation of that content version. Being that precise, it also keys a
+    The ETag also covers the absolute URL (its query normalised, so reordered or repeated
+    parameters share one entry) and the negotiated media type, since those pick the
+    representation of that content version. Being that precise, it also keys a
     cache of the rendered answers (``API_CACHE_SECONDS``; 0 turns it off): a version never
     changes, so nothing cached can go stale. The version is left on the view as
     ``content_version`` so the action need not read it again.
@@ -148,12 +160,14 @@ def conditional(version: Callable[[], ContentVersion]):
         @functools.wraps(action)
         def wrapped(view, request, *args, **kwargs):
             current = view.content_version = version()
-            seed = f"{current.tag}|{request.build_absolute_uri()}|{request.accepted_media_type}"
+            url = request.build_absolute_uri(request.path) + "?" + query_normalised(request.GET)
+            seed = f"{current.tag}|{url}|{request.accepted_media_type}"
             etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
             modified = int(current.at.timestamp())
-            response = get_conditional_response(request, etag=etag, last_modified=modified)
-            if response is None:
-                response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
+            unchanged = get_conditional_response(request, etag=etag, last_modified=modified)
+            response: HttpResponseBase = unchanged or _cached_action(
+                f"api:{etag}", action, view, request, *args, **kwargs
+            )
             if response.status_code in (200, 304):
                 response["ETag"], response["Last-Modified"] = etag, http_date(modified)
                 patch_vary_headers(response, ["Accept"])

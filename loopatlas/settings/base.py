@@ -11,6 +11,8 @@ Variables (all optional on the embedded default):
     PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
                            shipped ``pydoc-loop`` comes first (the default) unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
+    NUM_PROXIES    reverse proxies in front that append to X-Forwarded-For (default 0:
+                   the header is ignored and the peer address identifies a client).
 """
 
 from pathlib import Path
@@ -53,6 +55,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "loopatlas.middleware.ServiceUnavailableMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -86,6 +89,7 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+        conn_health_checks=True,  # a connection the server dropped (restart) is replaced
     )
 }
 USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -104,8 +108,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 
 if REDIS_URL:
+    # Fails open (loopatlas/cache.py): with Redis down, reads are computed uncached and
+    # throttles let requests through, with a logged warning; short timeouts so a hung
+    # server does not hold requests.
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "loopatlas.cache.FailOpenRedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
+        }
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -148,6 +159,10 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+NUM_PROXIES = env_int("NUM_PROXIES", 0)
+if NUM_PROXIES < 0:
+    raise ImproperlyConfigured(f"NUM_PROXIES={NUM_PROXIES} is negative")
+
 # The API's shared conventions are in loopatlas/api/conventions.py.
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -156,17 +171,19 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "loopatlas.api.conventions.FormatNegotiation",
     "EXCEPTION_HANDLER": "loopatlas.api.conventions.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-    ],
+    # JSON bodies only (bounded, loopatlas/api/parsers.py): the pages' forms post to
+    # their own views, and one body format keeps the schema exact.
+    "DEFAULT_PARSER_CLASSES": ["loopatlas.api.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     # Anonymous writes and heavy exports are limited per address; reads are not.
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
     },
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0) or None,
+    # How many proxies of the operator's sit in front (0: none, so X-Forwarded-For is a
+    # header like any other). DRF's None would trust the header, letting a client pick
+    # its own address and reset every per-address limit.
+    "NUM_PROXIES": NUM_PROXIES,
 }
 
 # Reads keep their data in the cache under their ETag (which names the data version),
@@ -181,6 +198,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get components of their own, so they state what a write requires
+    # (a non-blank prompt: minLength 1) apart from what a read returns.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "atlas.api.schema.schema_atlas_bounds",  # vocabularies and slugs from the database
+    ],
 }
 
 LOGGING = {

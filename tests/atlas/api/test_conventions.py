@@ -104,3 +104,20 @@ def test_a_repeated_read_is_served_from_the_cache_until_the_data_changes(
     Work.objects.filter(slug="universal-transformers").update(title="Changed")
     atlas_change_record(kind="edit", summary="retitled")
     assert b"Changed" in client.get("/api/v1/export/?format=csv").content
+
+
+def test_reordered_and_repeated_parameters_share_one_etag_and_cache_entry(
+    client, small_atlas, django_assert_num_queries
+) -> None:
+    # given one answer
+    first = client.get("/api/v1/export/?format=csv&modality=language&contribution=architecture")
+    # when the same parameters come in another order, one of them twice
+    query = "contribution=architecture&modality=language&format=csv&modality=language"
+    with django_assert_num_queries(1):  # the data version only: the rest is cached
+        again = client.get(f"/api/v1/export/?{query}")
+    # then
+    assert again.content == first.content and again["ETag"] == first["ETag"]
+    # while the negotiated media type still picks its own entry
+    url = "/api/v1/export/?modality=language"
+    as_csv, as_json = (client.get(url, HTTP_ACCEPT=media) for media in ("text/csv", "*/*"))
+    assert as_csv["ETag"] != as_json["ETag"] and as_csv.content != as_json.content

@@ -59,3 +59,11 @@ def test_anonymous_suggestions_are_throttled_with_the_pages_budget(client, small
     # then the tenth is the last one accepted
     assert statuses == [201, 429]
     assert Suggestion.objects.count() == 10
+
+
+def test_text_fields_take_strings_only(client, small_atlas) -> None:
+    response = _post(client, rationale=5, contact=0)
+    assert response.status_code == 400
+    errors = {"rationale": ["must be a string"], "contact": ["must be a string"]}
+    assert response.json()["errors"] == errors
+    assert not Suggestion.objects.exists()

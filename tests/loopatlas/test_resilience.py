@@ -1,0 +1,36 @@
+"""The fail-open cache and the 503 middleware, each on its own (the fault tests in
+test_faults.py stop real servers under a running site)."""
+
+import logging
+
+import pytest
+from django.db import OperationalError
+from django.test import RequestFactory
+
+from loopatlas import cache as fail_open
+from loopatlas.cache import FailOpenRedisCache
+from loopatlas.middleware import ServiceUnavailableMiddleware
+from tests.playground.stack import free_port
+
+
+def test_an_unreachable_redis_is_an_empty_cache_with_one_warning(caplog, monkeypatch) -> None:
+    # given a cache on a port where nothing listens
+    monkeypatch.setattr(fail_open, "_last_warning", -fail_open.WARN_EVERY_S)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    cache = FailOpenRedisCache(url, {"OPTIONS": {"socket_connect_timeout": 0.2}})
+    # when it is used as a throttle uses it
+    with caplog.at_level(logging.WARNING, logger="loopatlas.cache"):
+        history = cache.get("throttle_anon_1", [])
+        cache.set("throttle_anon_1", ["now"], 60)
+        outcomes = (cache.add("k", 1), cache.get_many(["a", "b"]), cache.has_key("k"))
+    # then it answers as an empty cache would, and warns once for the outage
+    assert history == [] and outcomes == (False, {}, False)
+    assert [r.getMessage()[:35] for r in caplog.records] == ["cache unavailable, serving uncached"]
+
+
+@pytest.mark.django_db
+def test_a_database_error_on_a_live_connection_stays_a_server_error() -> None:
+    # a refused statement is a bug to see, not an outage to hide behind a 503
+    request = RequestFactory().get("/api/v1/works/")
+    middleware = ServiceUnavailableMiddleware(lambda request: None)
+    assert middleware.process_exception(request, OperationalError("too complex")) is None
