@@ -30,6 +30,23 @@ class WorkAdmin(admin.ModelAdmin):
             )
 
 
+# The review form: everything is shown, only the curator's note is edited.
+SUGGESTION_FIELDS = (
+    "work",
+    "field",
+    "current_value",
+    "proposed_value",
+    "rationale",
+    "contact",
+    "status",
+    "created_at",
+    "previous_value",
+    "reviewed_by",
+    "reviewed_at",
+    "review_note",
+)
+
+
 @admin.register(Suggestion)
 class SuggestionAdmin(admin.ModelAdmin):
     """The review queue: approving applies the value to the work; both record the curator."""
@@ -38,21 +55,8 @@ class SuggestionAdmin(admin.ModelAdmin):
     list_filter = ["status", "field"]
     search_fields = ["work__title", "work__slug", "proposed_value", "rationale"]
     actions = ["approve", "reject"]
-    fields = [
-        "work",
-        "field",
-        "current_value",
-        "proposed_value",
-        "rationale",
-        "contact",
-        "status",
-        "created_at",
-        "previous_value",
-        "reviewed_by",
-        "reviewed_at",
-        "review_note",
-    ]
-    readonly_fields = [name for name in fields if name != "review_note"]
+    fields = SUGGESTION_FIELDS
+    readonly_fields = [name for name in SUGGESTION_FIELDS if name != "review_note"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Suggestion]:
         return super().get_queryset(request).prefetch_related("work__tags")

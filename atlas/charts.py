@@ -12,6 +12,7 @@ Explore to that month and family.
 
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from django.urls import reverse
 
@@ -42,8 +43,8 @@ FAMILY_COLOURS = dict(
 )
 
 
-def _layout(*, barmode: str | None = None, tallest: int = 0) -> dict:
-    layout = {
+def _layout(*, barmode: str | None = None, tallest: int = 0) -> dict[str, Any]:
+    layout: dict[str, Any] = {
         "height": 320,
         "margin": {"l": 48, "r": 16, "t": 8, "b": 40},
         "xaxis": {"type": "date"},

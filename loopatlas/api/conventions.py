@@ -151,7 +151,9 @@ def conditional(version: Callable[[], ContentVersion]):
             seed = f"{current.tag}|{request.build_absolute_uri()}|{request.accepted_media_type}"
             etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
             modified = int(current.at.timestamp())
-            response = get_conditional_response(request, etag=etag, last_modified=modified)
+            response: HttpResponseBase | None = get_conditional_response(
+                request, etag=etag, last_modified=modified
+            )
             if response is None:
                 response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
             if response.status_code in (200, 304):

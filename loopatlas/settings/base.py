@@ -196,8 +196,9 @@ LOGGING = {
 CELERY_BROKER_URL = env_str(
     "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
-if CELERY_BROKER_URL.startswith("sqlite:"):
-    CELERY_BROKER_TRANSPORT = "workers.broker:Transport"
+CELERY_BROKER_TRANSPORT: str | None = (
+    "workers.broker:Transport" if CELERY_BROKER_URL.startswith("sqlite:") else None
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}
