@@ -59,7 +59,7 @@ def work_suggest(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form, status = SuggestionForm(request.POST), 400
     throttle = SuggestionThrottle()
     if form.is_valid() and not throttle.allow_page_request(request):
-        minutes = max(1, round((throttle.wait() or 60) / 60))
+        minutes = throttle.wait_minutes()
         form.add_error(None, f"Too many suggestions from your address; try again in {minutes} min.")
         status = 429
     elif form.is_valid():
