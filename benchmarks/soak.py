@@ -302,6 +302,10 @@ def _wait_for_runs(ids: list[str], seconds: float) -> dict[str, int]:
     for status in Run.objects.filter(pk__in=ids).values_list("status", flat=True):
         counts[status] += 1
     counts["missing from the database"] = len(ids) - sum(counts.values())
+    for error in Run.objects.filter(pk__in=ids, status=Run.Status.FAILED).values_list(
+        "error", flat=True
+    ):
+        print(f"failed run: {error}")
     return dict(counts)
 
 
@@ -326,6 +330,11 @@ def _report(
         f"{'all':<16} {len(everything):>8}   p50 {_percentile(everything, 0.5) * 1000:.1f} ms,"
         f" p99 {_percentile(everything, 0.99) * 1000:.1f} ms (streams: time to headers)"
     )
+    failures = {
+        endpoint: {kind: n for kind, n in kinds.items() if not kind.endswith("xx")}
+        for endpoint, kinds in tally["statuses"].items()
+    }
+    lines.append(f"connection errors: {json.dumps({k: v for k, v in failures.items() if v})}")
     lines.append(f"streams watched to their end: {json.dumps(tally['streams'], sort_keys=True)}")
     lines.append(
         f"runs submitted {len(tally['runs'])}; final statuses {json.dumps(runs, sort_keys=True)}"
