@@ -12,6 +12,8 @@ Explore to that month and family.
 
 from collections import defaultdict
 from collections.abc import Callable
+from html import escape
+from typing import Any
 
 from django.urls import reverse
 
@@ -42,8 +44,8 @@ FAMILY_COLOURS = dict(
 )
 
 
-def _layout(*, barmode: str | None = None, tallest: int = 0) -> dict:
-    layout = {
+def _layout(*, barmode: str | None = None, tallest: int = 0) -> dict[str, Any]:
+    layout: dict[str, Any] = {
         "height": 320,
         "margin": {"l": 48, "r": 16, "t": 8, "b": 40},
         "xaxis": {"type": "date"},
@@ -68,7 +70,7 @@ def timeline_dots(points: list[TimelinePoint]) -> dict:
         trace = traces.setdefault(point.recurrence_family, _dot_trace(point.recurrence_family))
         trace["x"].append(f"{point.month:%Y-%m-%d}")
         trace["y"].append(height[point.month])
-        trace["text"].append(point.title)
+        trace["text"].append(escape(point.title, quote=False))  # Plotly reads HTML in text
         trace["hovertext"].append(
             f"{point.month:%b %Y}" + (" (estimated)" if point.month_estimated else "")
         )

@@ -111,7 +111,8 @@ class Work(models.Model):
         """(facet, value) of every tag; works from ``selectors.work_queryset()`` carry them
         aggregated as ``tags_text`` ("facet=value ..."), others read their tags."""
         if "tags_text" in self.__dict__:
-            return [tuple(pair.split("=", 1)) for pair in (self.tags_text or "").split()]
+            pairs = (pair.partition("=") for pair in (self.__dict__["tags_text"] or "").split())
+            return [(facet, value) for facet, _, value in pairs]
         return [(tag.facet, tag.value) for tag in self.tags.all()]
 
     @property

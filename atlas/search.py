@@ -6,10 +6,14 @@ text is never stale and never maintained by hand. On PostgreSQL it is a ``tsvect
 types; on SQLite it is the concatenated text, matched word by word with ``LIKE``.
 """
 
+from typing import Any
+
 from django.contrib.postgres.search import SearchQuery, SearchVectorExact
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Func, QuerySet, TextField, Value
 from django.db.models.functions import Cast, Concat
+from django.db.models.sql.compiler import SQLCompiler
 
 SEARCH_CONFIG = "english"
 
@@ -32,8 +36,19 @@ class SearchDocument(Func):
             parts += [Cast(name, TextField()), Value(" ")]
         super().__init__(Concat(*parts[:-1], output_field=TextField()))
 
-    def as_sql(self, compiler, connection, **extra_context):
-        return super().as_sql(compiler, connection, template="%(expressions)s", **extra_context)
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The concatenation alone: no function name around it."""
+        return super().as_sql(
+            compiler, connection, function, "%(expressions)s", arg_joiner, **extra_context
+        )
 
     def as_postgresql(self, compiler, connection, **extra_context):
         template = f"to_tsvector('{SEARCH_CONFIG}'::regconfig, %(expressions)s)"

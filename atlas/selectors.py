@@ -102,8 +102,7 @@ def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
     tags = WorkTag.objects.all()
     if filterset.narrows:  # else every tag counts, and the index on (facet, value) suffices
         tags = tags.filter(work_id__in=filterset.qs.order_by().values("pk"))
-    tags = tags.order_by().values_list("facet", "value").annotate(n=Count("pk"))
-    for facet, value, n in tags:
+    for facet, value, n in tags.order_by().values_list("facet", "value").annotate(n=Count("pk")):
         counts[facet][value] = n
     return counts
 

@@ -168,7 +168,7 @@ class SuggestionSerializer(serializers.Serializer):
 # is routed as a list.
 class FacetValueSerializer(serializers.Serializer):
     slug = serializers.CharField()
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # the data's label, not Field.label
     description = serializers.CharField()
     count = serializers.IntegerField()
     selected = serializers.BooleanField(help_text="The current filters include this value.")
@@ -176,7 +176,7 @@ class FacetValueSerializer(serializers.Serializer):
 
 class FacetSerializer(serializers.Serializer):
     name = serializers.CharField()
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # the data's label, not Field.label
     multi = serializers.BooleanField(help_text="Several values per work (filters: all of).")
     values = FacetValueSerializer(many=True)
 

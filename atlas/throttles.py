@@ -6,8 +6,10 @@ they are the same write.
 
 from rest_framework.throttling import AnonRateThrottle
 
+from loopatlas.throttling import AddressRateThrottle
 
-class SuggestionThrottle(AnonRateThrottle):
+
+class SuggestionThrottle(AddressRateThrottle):
     scope = "suggestions"
 
 

@@ -6,7 +6,7 @@ whole documents; htmx requests get the swapped region only (``template#partial``
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -21,13 +21,14 @@ from atlas.records import SLUG_RE, RecordError
 from atlas.serializers import WorkSerializer
 from atlas.services import suggestion_submit
 from atlas.throttles import SuggestionThrottle
+from loopatlas.http import HtmxHttpRequest
 
 COMPARE_REFUSED = "You can compare up to three works. Untick one before adding another."
 SUGGESTION_THANKS = "Thank you: your suggestion waits for a curator's review."
 
 
 @require_GET
-def explore(request: HttpRequest) -> HttpResponse:
+def explore(request: HtmxHttpRequest) -> HttpResponse:
     page = explore_page(params=request.GET)
     template = "atlas/explore.html#explore" if request.htmx else "atlas/explore.html"
     context = {"explore": page, "picks": picks_get(request.session)}
@@ -35,12 +36,12 @@ def explore(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def work_detail(request: HttpRequest, slug: str) -> HttpResponse:
+def work_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     work = get_object_or_404(selectors.work_queryset(), slug=slug)
     return _work_page(request, work, form=SuggestionForm())
 
 
-def _work_page(request: HttpRequest, work: Work, *, form, status: int = 200) -> HttpResponse:
+def _work_page(request: HtmxHttpRequest, work: Work, *, form, status: int = 200) -> HttpResponse:
     row = WorkSerializer(work, context={"request": request}).data
     context = {
         "work": work,
@@ -55,12 +56,12 @@ def _work_page(request: HttpRequest, work: Work, *, form, status: int = 200) -> 
 
 
 @require_POST
-def work_suggest(request: HttpRequest, slug: str) -> HttpResponse:
+def work_suggest(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     work = get_object_or_404(selectors.work_queryset(), slug=slug)
     form, status = SuggestionForm(request.POST), 400
     throttle = SuggestionThrottle()
-    if form.is_valid() and not throttle.allow_request(request, None):
-        minutes = max(1, round((throttle.wait() or 60) / 60))
+    if form.is_valid() and not throttle.allow_page_request(request):
+        minutes = throttle.wait_minutes()
         form.add_error(None, f"Too many suggestions from your address; try again in {minutes} min.")
         status = 429
     elif form.is_valid():
@@ -77,7 +78,7 @@ def work_suggest(request: HttpRequest, slug: str) -> HttpResponse:
     return _work_page(request, work, form=form, status=status)
 
 
-def _suggested(request: HttpRequest, work: Work) -> HttpResponse:
+def _suggested(request: HtmxHttpRequest, work: Work) -> HttpResponse:
     if request.htmx:
         context = {"work": work, "form": SuggestionForm(), "thanks": SUGGESTION_THANKS}
         return render(request, "atlas/work.html#suggest", context)
@@ -86,7 +87,7 @@ def _suggested(request: HttpRequest, work: Work) -> HttpResponse:
 
 
 @require_GET
-def compare(request: HttpRequest) -> HttpResponse:
+def compare(request: HtmxHttpRequest) -> HttpResponse:
     raw = request.GET.get("works")
     try:
         slugs = (
@@ -99,7 +100,7 @@ def compare(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def compare_pick(request: HttpRequest) -> HttpResponse:
+def compare_pick(request: HtmxHttpRequest) -> HttpResponse:
     """Tick or untick one work for Compare (``picked`` present = ticked)."""
     slug = request.POST.get("slug", "")
     if not SLUG_RE.fullmatch(slug):  # never sent to the database (PostgreSQL refuses NUL)

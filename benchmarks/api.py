@@ -64,8 +64,12 @@ def _wrk(url: str, *, seconds: int, connections: int) -> Load:
         text=True,
         check=True,
     ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])
-    value, unit = re.search(r"\s99%\s+([\d.]+)(us|ms|s)\b", out).groups()
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    p99 = re.search(r"\s99%\s+([\d.]+)(us|ms|s)\b", out)
+    if rate is None or p99 is None:
+        raise RuntimeError(f"wrk printed no rate or p99:\n{out}")
+    rps = float(rate[1])
+    value, unit = p99.groups()
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses:\s+(\d+)", out))
     socket_errors = re.search(
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out

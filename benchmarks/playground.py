@@ -186,12 +186,12 @@ def measure(stack, loaded, *, rounds: int, tokens: int, viewers: int) -> list[st
     asyncio.run(_serve(base, long, 1))  # warm: the worker loads the model once
     _bare(loaded, long)
 
-    first = {"first_event": [], "first_token": [], "first_generated": []}
-    bare_first = []
+    first: dict[str, list[float]] = {"first_event": [], "first_token": [], "first_generated": []}
+    bare_first: list[float] = []
     for _ in range(rounds * 2):
         _, (seen,) = asyncio.run(_serve(base, short, 1))
         for key, value in _token_times(seen).items():
-            if key in first:
+            if key in first and value is not None:
                 first[key].append(value)
         bare_first.append(_bare(loaded, short)["first_token"])
 

@@ -23,10 +23,14 @@ computes it (decode queries are single tokens).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+if TYPE_CHECKING:  # the cache imports this module
+    from kernels.cache import LoopStore
 
 # prefill query tiles: up to TILES position ranges per loop, each at least TILE_MIN wide
 TILES = 8
@@ -188,7 +192,7 @@ class DecodePlan:
         return self.mask.numel() * self.mask.element_size()
 
     def attend(
-        self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict, layer: int
+        self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict[int, LoopStore], layer: int
     ) -> Tensor:
         """q (R, 1, nh, d); terminal (K, V) (B, S, nkv, d); stores {t: LoopStore} of the
         loops present; -> (R, 1, nh, d)."""
@@ -224,7 +228,9 @@ class DecodePlan:
         o, lse = attend_with_lse(q, Segment(ck[:, :longest], cv[:, :longest], mask))
         return o, lse.masked_fill((lens == 0)[:, None, None], float("-inf"))
 
-    def _per_row_stores(self, q, stores, layer, like) -> tuple[Tensor, Tensor]:
+    def _per_row_stores(
+        self, q: Tensor, stores: dict[int, LoopStore], layer: int, like: tuple[Tensor, Tensor]
+    ) -> tuple[Tensor, Tensor]:
         """Each row's own loop store (rows at different loops read different stores)."""
         o_like, lse_like = like
         no_o, no_lse = torch.zeros_like(o_like[:1]), torch.full_like(lse_like[:1], float("-inf"))
@@ -239,7 +245,14 @@ class DecodePlan:
             lses.append(lse)
         return torch.cat(outs), torch.cat(lses)
 
-    def _attend_row(self, i: int, q: Tensor, terminal, stores, layer: int) -> Tensor:
+    def _attend_row(
+        self,
+        i: int,
+        q: Tensor,
+        terminal: tuple[Tensor, Tensor],
+        stores: dict[int, LoopStore],
+        layer: int,
+    ) -> Tensor:
         r, p = self.rows[i], self.pos[i] + 1
         ek, ev = terminal
         mask = None if self.all_visible[i] else self.mask[i : i + 1, None, None, :p]

@@ -24,8 +24,9 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 
 from kernels.checkpoint import LoadedModel, default_device, load_checkpoint
 from kernels.config import DTYPES, preset
-from kernels.engine import Engine, PrefillResult
+from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.model import LoopedLM
 from kernels.rules import QExit
 from kernels.sampling import Sampler
@@ -119,15 +120,18 @@ def sample_text() -> str:
     return "\n".join(parts)
 
 
-def token_rows(loaded: LoadedModel, n_rows: int, length: int, offset: int, real: bool) -> list:
+def token_rows(
+    loaded: LoadedModel, n_rows: int, length: int, offset: int, real: bool
+) -> list[list[int]]:
     if real:
         ids = list(loaded.tokenizer.encode(sample_text()))
         need = n_rows * length + offset
         ids = (ids * (need // max(len(ids), 1) + 1))[offset : offset + n_rows * length]
         return [ids[i * length : (i + 1) * length] for i in range(n_rows)]
     generator = torch.Generator().manual_seed(1234 + offset)
-    ids = torch.randint(1, loaded.config.vocab_size, (n_rows, length), generator=generator)
-    return ids.tolist()
+    return torch.randint(
+        1, loaded.config.vocab_size, (n_rows, length), generator=generator
+    ).tolist()
 
 
 def _sync(device: torch.device) -> None:
@@ -163,15 +167,17 @@ def _engine(loaded: LoadedModel, case: Case) -> Engine:
     return Engine(loaded.model, QExit(case.q), case.policy)
 
 
-def run_prefill(loaded, cases, load: Workload, real: bool) -> None:
+def run_prefill(loaded: LoadedModel, cases: list[Case], load: Workload, real: bool) -> None:
     rows = token_rows(loaded, load.prefill_rows, load.prefill_len, 0, real)
     device = loaded.device
     results = {}
     for _ in range(load.repeats):
         for case in cases:
-            result, wall, cpu = _timed(
-                device, lambda case=case: _engine(loaded, case).prefill(rows)
-            )
+
+            def prefill(case: Case = case) -> PrefillResult:
+                return _engine(loaded, case).prefill(rows)
+
+            result, wall, cpu = _timed(device, prefill)
             case.times.setdefault("prefill_s", []).append(wall)
             case.times.setdefault("prefill_cpu_s", []).append(cpu)
             results[case.q, case.policy] = result
@@ -186,12 +192,12 @@ def run_prefill(loaded, cases, load: Workload, real: bool) -> None:
             prefill_executed_fraction=result.work.executed_fraction,
             prefill_flops=result.work.flops_executed,
             prefill_flops_full=result.work.flops_full,
-            prefill_peak_kv_bytes=result.cache.peak_bytes,
+            prefill_peak_kv_bytes=result.kept_cache().peak_bytes,
             **fidelity(result, full),
         )
 
 
-def run_decode_single(loaded, cases, load: Workload, real: bool) -> None:
+def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, real: bool) -> None:
     """Batch 1: ``decode_prompts`` prompts one after the other (exits depend on context)."""
     prompts = token_rows(loaded, load.decode_prompts, load.decode_prompt, 7, real)
     device = loaded.device
@@ -204,7 +210,12 @@ def run_decode_single(loaded, cases, load: Workload, real: bool) -> None:
                 prefill = engine.prefill([prompt], reserve=load.decode_new)
                 sampler = Sampler(temperature=0.0 if real else 1.0, seed=5)
 
-                def decode(engine=engine, prefill=prefill, sampler=sampler, work=work):
+                def decode(
+                    engine: Engine = engine,
+                    prefill: PrefillResult = prefill,
+                    sampler: Sampler = sampler,
+                    work: Work = work,
+                ) -> list[TokenRecord]:
                     return list(
                         engine.decode(
                             prefill, max_new_tokens=load.decode_new, sampler=sampler, work=work
@@ -218,7 +229,7 @@ def run_decode_single(loaded, cases, load: Workload, real: bool) -> None:
                 depth = prefill.loops_computed.flatten().tolist()
                 depth += [r.loops_computed for r in records]
                 depths.append(sum(depth) / len(depth))
-                peaks.append(prefill.cache.peak_bytes)
+                peaks.append(prefill.kept_cache().peak_bytes)
             case.times.setdefault("decode1_s", []).append(wall)
             case.times.setdefault("decode1_cpu_s", []).append(cpu)
             case.values.update(
@@ -230,7 +241,7 @@ def run_decode_single(loaded, cases, load: Workload, real: bool) -> None:
             )
 
 
-def run_decode_batch(loaded, cases, load: Workload, real: bool) -> None:
+def run_decode_batch(loaded: LoadedModel, cases: list[Case], load: Workload, real: bool) -> None:
     """Continuous batching: ``requests`` prompts through ``batch`` rows. Tokens/s and the
     executed fraction are taken from the start until a row first finds the queue empty
     (every row busy all along); time spent prefilling queued prompts is left out."""
@@ -242,12 +253,14 @@ def run_decode_batch(loaded, cases, load: Workload, real: bool) -> None:
             prefill = engine.prefill(prompts[: load.batch], reserve=load.batch_new)
             sampler = Sampler(temperature=0.0 if real else 1.0, seed=5)
             done = [0, 0]  # completed tokens, the loops they computed
-            idle = []
+            idle: list[tuple[float, float, int, int]] = []
 
-            def queue(done=done, idle=idle):
+            def queue(
+                done: list[int] = done, idle: list[tuple[float, float, int, int]] = idle
+            ) -> Iterator[list[int]]:
                 yield from prompts[load.batch :]
                 _sync(device)  # a row has just found the queue empty
-                idle.append((time.perf_counter(), time.process_time(), *done))
+                idle.append((time.perf_counter(), time.process_time(), done[0], done[1]))
 
             _sync(device)
             start, start_cpu = time.perf_counter(), time.process_time()
@@ -266,7 +279,7 @@ def run_decode_batch(loaded, cases, load: Workload, real: bool) -> None:
             case.values.update(
                 decode8_window_tokens=tokens,
                 decode8_executed_fraction=loops / (n_loops * tokens),
-                decode8_peak_kv_bytes=prefill.cache.peak_bytes,
+                decode8_peak_kv_bytes=prefill.kept_cache().peak_bytes,
             )
 
 
@@ -330,9 +343,9 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
                     text = f"{tag}: {phase} kept {kept:.2f} of the ideal saving"
                     lines.append(_verdict(kept >= GOALS[goal], f"{text} (goal {GOALS[goal]})"))
             for phase in ("prefill", "decode1"):
-                ratio, goal = v[f"{phase}_kv_over_depth"], GOALS["kv_over_depth"]
+                ratio, bound = v[f"{phase}_kv_over_depth"], GOALS["kv_over_depth"]
                 text = f"{tag}: {phase} peak KV = {ratio:.3f} x (depth/T x full-depth KV)"
-                lines.append(_verdict(ratio <= goal, f"{text} (goal <= {goal})"))
+                lines.append(_verdict(ratio <= bound, f"{text} (goal <= {bound})"))
         if v["policy"] == "select":
             prefill, decode = v["prefill_time_ratio"], v["decode1_time_ratio"]
             text = f"{tag}: time vs full depth: prefill {prefill:.2f}, decode {decode:.2f}"
@@ -353,7 +366,7 @@ def notes(loaded: LoadedModel) -> list[str]:
 
 
 def table(name: str, rows: list[dict[str, Any]]) -> str:
-    def fmt(value, spec):
+    def fmt(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
     head = (
@@ -451,9 +464,7 @@ def _run(args: argparse.Namespace) -> int:
     if path is not None:
         models.append((str(path), lambda: load_checkpoint(path, device=device, dtype=dtype), True))
     for name in (n for n in args.random.split(",") if n):
-        models.append(
-            (f"random {name}", lambda name=name: random_model(name, device, dtype), False)
-        )
+        models.append((f"random {name}", partial(random_model, name, device, dtype), False))
     if args.quick:
         models = models[:1]  # the shipped model if present, else the first random one
 

@@ -198,9 +198,10 @@ class DepthKVCache:
     # -- loop stores -------------------------------------------------------------------
     def loop(self, t: int, caps: list[int] | None = None) -> LoopStore:
         """Loop t's store (1-based, t < T), created (with ``caps`` slots per row) if absent."""
-        if self.loops[t - 1] is None:
-            self.loops[t - 1] = LoopStore(self, caps or [0] * self.batch)
-        return self.loops[t - 1]
+        store = self.loops[t - 1]
+        if store is None:
+            store = self.loops[t - 1] = LoopStore(self, caps or [0] * self.batch)
+        return store
 
     def loop_len(self, t: int, b: int) -> int:
         store = self.loops[t - 1] if t < self.n_loops else None

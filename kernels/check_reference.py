@@ -110,12 +110,12 @@ def engine_checks(loaded: LoadedModel, ref: dict[str, Tensor]) -> dict[str, Call
     for policy in POLICIES:
         engine = Engine(loaded.model, QExit(1.0), policy)
 
-        def full(engine=engine) -> Tensor:
+        def full(engine: Engine = engine) -> Tensor:
             return engine.prefill(ids).logits
 
-        def greedy(engine=engine) -> Tensor:
+        def greedy(engine: Engine = engine) -> Tensor:
             prefill = engine.prefill(prompt, reserve=n_new)
-            new = [[] for _ in range(prompt.shape[0])]
+            new: list[list[int]] = [[] for _ in range(prompt.shape[0])]
             for record in engine.decode(prefill, max_new_tokens=n_new):
                 new[record.row].append(record.token_id)
             return torch.cat([prompt.cpu(), torch.tensor(new)], dim=1)

@@ -86,9 +86,21 @@ class LoopConfig:
         return DTYPES[self.dtype]
 
     @property
+    def kv_heads(self) -> int:
+        """``num_key_value_heads`` as ``__post_init__`` resolved it (never None)."""
+        assert self.num_key_value_heads is not None
+        return self.num_key_value_heads
+
+    @property
+    def head_size(self) -> int:
+        """``head_dim`` as ``__post_init__`` resolved it (never None)."""
+        assert self.head_dim is not None
+        return self.head_dim
+
+    @property
     def kv_dim(self) -> int:
         """Features of one K (or V) vector of one token in one layer: kv heads × head_dim."""
-        return self.num_key_value_heads * self.head_dim
+        return self.kv_heads * self.head_size
 
     def replace(self, **changes: Any) -> LoopConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.init}

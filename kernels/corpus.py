@@ -31,10 +31,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import yaml
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 ATLAS_WORKS = Path(__file__).resolve().parents[1] / "atlas" / "data" / "works.yaml"
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "__pycache__"}
@@ -135,7 +139,9 @@ def describe(docs: Sequence[Document]) -> dict[str, object]:
     }
 
 
-def encode(tokenizer, docs: Sequence[Document], eos_token_id: int) -> Tensor:
+def encode(
+    tokenizer: PreTrainedTokenizerBase, docs: Sequence[Document], eos_token_id: int
+) -> Tensor:
     """One id stream: each document's tokens followed by EOS -> (N,) int64."""
     ids = tokenizer([d.text for d in docs], add_special_tokens=False)["input_ids"]
     flat = [token for doc in ids for token in (*doc, eos_token_id)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,9 +66,9 @@ class Trace:
         self.top_ids[:, slot] = -1
         self.top_probs[:, slot] = 0.0
 
-    def record(self, slot: int, loops: int, top_k: int) -> dict:
+    def record(self, slot: int, loops: int, top_k: int) -> dict[str, Any]:
         """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
-        top = [[] for _ in range(loops)]
+        top: list[list[tuple[int, float]]] = [[] for _ in range(loops)]
         if top_k:
             ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
             top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
@@ -108,7 +109,9 @@ class _TokenState:
     prev_logp: Tensor | None  # (N, V) previous loop's log-probs (convergence only)
 
     @classmethod
-    def create(cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool):
+    def create(
+        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool
+    ) -> _TokenState:
         return cls(
             remaining=torch.ones(n, device=device),
             cumulative=torch.zeros(n, device=device),
@@ -132,6 +135,12 @@ class PrefillResult:
     work: Work
     trace: Trace | None = field(default=None, repr=False)
     state: _TokenState | None = field(default=None, repr=False)
+
+    def kept_cache(self) -> DepthKVCache:
+        """The cache to decode from; a prefill with ``keep_cache=False`` has none."""
+        if self.cache is None:
+            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
+        return self.cache
 
 
 class Engine:
@@ -178,13 +187,15 @@ class Engine:
             n_loops=self.n_loops,
             batch=batch,
             capacity=capacity,
-            n_kv_heads=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
+            n_kv_heads=cfg.kv_heads,
+            head_dim=cfg.head_size,
             dtype=self.dtype,
             device=self.device,
         )
 
-    def _run_layers(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]):
+    def _run_layers(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]
+    ) -> Tensor:
         for index, layer in enumerate(self.body.layers):
             x = layer(x, cos, sin, attend(index))
         return self.body.norm(x)  # the loop's normed output state
@@ -222,6 +233,8 @@ class Engine:
             logits = self._head(h, work)  # (N, V)
             logp = F.log_softmax(logits.float(), dim=-1)
         if self.rule.needs_logits:
+            # needs_logits computed logp above and made the state keep the previous one
+            assert logp is not None and state.prev_logp is not None
             prev = state.prev_logp[slots]
             kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
             kl = torch.where(torch.as_tensor(t, device=kl.device) >= 2, kl, float("nan"))
@@ -234,6 +247,7 @@ class Engine:
             if kl is not None:
                 trace.kl[t - 1, slots] = kl  # NaN at loop 1
             if self.top_k:
+                assert logp is not None  # tracing computed it above
                 top = logp.topk(self.top_k, dim=-1)
                 trace.top_ids[t - 1, slots] = top.indices
                 trace.top_probs[t - 1, slots] = top.values.exp()
@@ -247,11 +261,14 @@ class Engine:
             return torch.zeros_like(exits) | last
         return exits
 
-    def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor, work: Work) -> list:
+    def _frozen_kv(
+        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
+    ) -> list[tuple[Tensor, Tensor]]:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
         work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
         return [
-            layer.self_attn.kv(layer.input_layernorm(h), cos, sin) for layer in self.body.layers
+            layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
+            for layer in self.body.decoder_layers
         ]
 
     # -- prefill -----------------------------------------------------------------------
@@ -416,9 +433,7 @@ class Engine:
         Records then name requests: ``row`` is the prefill's row for the first B requests,
         B, B+1, ... for the queued ones in order (their prompt positions are not yielded).
         """
-        cache = prefill.cache
-        if cache is None:
-            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
+        cache = prefill.kept_cache()
         if max_new_tokens <= 0:
             return
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
@@ -517,7 +532,7 @@ class Engine:
         self.queued_prefill_work = self.queued_prefill_work + result.work
         self.queued_prefill_s += time.perf_counter() - start
         self.queued_prefill_cpu_s += time.process_time() - start_cpu
-        cache.load_row(row, result.cache, extra=max_new_tokens)
+        cache.load_row(row, result.kept_cache(), extra=max_new_tokens)
         return result.logits[0, len(prompt) - 1]
 
     def _start_token(self, work: Work, position: int) -> None:
@@ -550,10 +565,16 @@ class Engine:
         cache.note_scratch(plan.nbytes())
         return plan
 
-    def _cached_attend(self, cache, plan: DecodePlan, rows: Tensor, pos: Tensor):
+    def _cached_attend(
+        self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor
+    ) -> Callable[[int], Attend]:
         def for_layer(index: int) -> Attend:
             ek, ev = cache.e_k[index], cache.e_v[index]
-            stores = {t: cache.loops[t - 1] for t in set(plan.loops) if t < self.n_loops}
+            stores = {
+                t: store
+                for t in set(plan.loops)
+                if t < self.n_loops and (store := cache.loops[t - 1]) is not None
+            }
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
                 ek[rows, pos] = k  # its own loop-t K/V, into its terminal slot
@@ -564,7 +585,17 @@ class Engine:
 
         return for_layer
 
-    def _commit_kv(self, cache, live, loops, stops, h, cos, sin, work) -> None:
+    def _commit_kv(
+        self,
+        cache: DepthKVCache,
+        live: list[int],
+        loops: list[int],
+        stops: list[bool],
+        h: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        work: Work,
+    ) -> None:
         """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
         stopping before the last loop) into the loop-t store; frozen projections in.
         The moving entries of all layers are read out of the terminal slots in one gather."""
@@ -595,7 +626,17 @@ class Engine:
                 cache.e_k[layer][index, slots] = k
                 cache.e_v[layer][index, slots] = v
 
-    def _record(self, row, position, token_id, phase, state, trace, slot, computed) -> TokenRecord:
+    def _record(
+        self,
+        row: int,
+        position: int,
+        token_id: int | Tensor,
+        phase: str,
+        state: _TokenState,
+        trace: Trace | None,
+        slot: int,
+        computed: int,
+    ) -> TokenRecord:
         loops = trace.record(slot, computed, self.top_k) if trace is not None else {}
         return TokenRecord(
             row=row,
@@ -609,6 +650,8 @@ class Engine:
 
     def prompt_records(self, prefill: PrefillResult) -> Iterator[TokenRecord]:
         """One record per prompt position of ``prefill``, in order, row by row."""
+        if prefill.state is None:
+            raise ValueError("this prefill kept no per-token state to report")
         s = prefill.ids.shape[1]
         for row, n in enumerate(prefill.lengths):
             for position in range(n):

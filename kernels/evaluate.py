@@ -22,11 +22,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from transformers import PreTrainedTokenizerBase
 
 from kernels import corpus
 from kernels.card import write_card
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
+from kernels.model import LoopedLM
 from kernels.objectives import per_loop_losses
 from kernels.rules import QExit
 from kernels.stream import GenerationParams, generate_stream
@@ -60,7 +62,10 @@ def heldout_ids(path: Path, loaded: LoadedModel) -> tuple[Tensor, str]:
             f"{digest[:12]}) is not the model's (Python {recorded['python']}, "
             f"{recorded['heldout_sha256'][:12]})"
         )
-    return corpus.encode(loaded.tokenizer, heldout, loaded.tokenizer.eos_token_id), digest
+    tokenizer, eos = loaded.tokenizer, loaded.tokenizer.eos_token_id
+    if not isinstance(tokenizer, PreTrainedTokenizerBase) or eos is None:
+        raise RuntimeError("the held-out text needs the model's trained tokenizer and its EOS")
+    return corpus.encode(tokenizer, heldout, eos), digest
 
 
 def _next_token_loss(logits: Tensor, ids: Tensor) -> Tensor:
@@ -71,7 +76,9 @@ def _next_token_loss(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def exit_run(model, windows: Tensor, q: float, policy: str, batch: int) -> dict[str, Tensor]:
+def exit_run(
+    model: LoopedLM, windows: Tensor, q: float, policy: str, batch: int
+) -> dict[str, Tensor]:
     """The skipping engine's prefill over all windows: per-position loss and exit loop."""
     engine = Engine(model, QExit(q), policy)
     losses, exits, executed, full = [], [], 0, 0

@@ -45,7 +45,15 @@ def check_q(q: float) -> float:
     return float(q)
 
 
-def step_mass(lam: Tensor | float, remaining: Tensor | float, is_last: bool | Tensor):
+@overload
+def step_mass(
+    lam: Tensor, remaining: Tensor | float, is_last: bool | Tensor
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def step_mass(lam: float, remaining: float, is_last: bool) -> tuple[float, float]: ...
+def step_mass(
+    lam: Tensor | float, remaining: Tensor | float, is_last: bool | Tensor
+) -> tuple[Tensor | float, Tensor | float]:
     """One loop of the stopping distribution, for loop-by-loop use in the engine.
 
     Returns (p_t, remaining after t). At the last loop p_t is the whole remainder. The

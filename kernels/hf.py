@@ -57,7 +57,7 @@ class OuroConfig(PreTrainedConfig):
     use_cache: bool = False
     tie_word_embeddings: bool = False
     rope_theta: float = 1_000_000.0
-    rope_scaling: dict | None = None
+    rope_scaling: dict[str, Any] | None = None
     use_sliding_window: bool = False
     sliding_window: int | None = None
     max_window_layers: int | None = None
@@ -99,7 +99,7 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    def prepare_inputs_for_generation(
+    def prepare_inputs_for_generation(  # type: ignore[override]  # no cache arguments to take
         self, input_ids: Tensor, attention_mask: Tensor | None = None, **_: Any
     ) -> dict[str, Any]:
         """No KV cache here: every generation step sees the whole sequence."""
@@ -117,6 +117,7 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
             self.model, self.lm_head, input_ids, attention_mask, self.loop_config.total_ut_steps
         )
         step_logits = out.step_logits  # (T, B, S, V)
+        assert step_logits is not None  # run_all_loops was given the LM head
         lam = torch.sigmoid(out.gate_logits).movedim(0, -1)  # (B, S, T)
         if labels is not None:
             pdf = exits.stopping_distribution(lam).to(step_logits.dtype)  # (B, S, T)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -76,10 +77,10 @@ class Attention(nn.Module):
 
     def __init__(self, config: LoopConfig) -> None:
         super().__init__()
-        h, d = config.hidden_size, config.head_dim
+        h, d = config.hidden_size, config.head_size
         self.n_heads, self.n_kv_heads, self.head_dim = (
             config.num_attention_heads,
-            config.num_key_value_heads,
+            config.kv_heads,
             d,
         )
         self.q_proj = nn.Linear(h, self.n_heads * d, bias=False)
@@ -144,7 +145,12 @@ class LoopedModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.early_exit_gate = nn.Linear(config.hidden_size, 1, bias=True)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.rotary_emb = RotaryEmbedding(config.head_size, config.rope_theta)
+
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The shared layers, typed (iterating an ``nn.ModuleList`` yields bare Modules)."""
+        return cast(list[DecoderLayer], list(self.layers))
 
     def gate(self, h: Tensor) -> Tensor:
         """Raw exit-gate logit of a loop's normed state: h (..., H) -> (...)."""

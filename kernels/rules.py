@@ -45,8 +45,10 @@ class Convergence:
             raise ValueError(f"kl_threshold must be >= 0, got {self.kl_threshold}")
 
     def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
+        if kl is None:
+            raise ValueError("the convergence rule needs the KL of each loop (needs_logits)")
         done = kl < self.kl_threshold  # NaN (loop 1: nothing to compare) is never below
-        return done | (t >= n_loops)
+        return done | torch.as_tensor(t >= n_loops, device=done.device)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine, TokenRecord
 from kernels.rules import Convergence, ExitRule, Fixed, QExit, kv_policy
@@ -111,7 +112,8 @@ class _Pieces:
     """Token texts that add up to the decoded text, even across multi-byte characters."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer, self.ids, self.text = tokenizer, [], ""
+        self.tokenizer, self.text = tokenizer, ""
+        self.ids: list[int] = []
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
@@ -150,7 +152,13 @@ def generate_stream(
     return stream
 
 
-def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]:
+def _events(
+    loaded: LoadedModel,
+    prompt: list[int],
+    params: GenerationParams,
+    should_stop: Callable[[], bool],
+    stream: GenerationStream,
+) -> Iterator[TokenEvent]:
     engine = Engine(
         loaded.model,
         params.rule(),
@@ -164,7 +172,7 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
     pieces, flops = _Pieces(loaded.tokenizer), FlopModel(loaded.config)
     start = time.perf_counter()
     prefill = engine.prefill([prompt], reserve=params.max_new_tokens)
-    cache = prefill.cache
+    cache = prefill.kept_cache()
     work = Work()
     running = Work()  # prompt counters, accumulated position by position
     exits: list[int] = []
@@ -225,7 +233,9 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
     )
 
 
-def _event(record: TokenRecord, pieces: _Pieces, work: Work, cache, start: float) -> TokenEvent:
+def _event(
+    record: TokenRecord, pieces: _Pieces, work: Work, cache: DepthKVCache, start: float
+) -> TokenEvent:
     loops = [
         {
             "loop": t + 1,

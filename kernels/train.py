@@ -183,7 +183,7 @@ def stage1_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer
     gate = list(model.model.early_exit_gate.parameters())
     ids = {id(p) for p in gate}
     lm = [p for p in model.parameters() if id(p) not in ids]
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": [p for p in lm if p.ndim >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in lm if p.ndim < 2]},
         {"params": gate, "lr_scale": cfg.stage1_gate_lr_scale},
@@ -199,7 +199,9 @@ def stage2_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer
     return torch.optim.Adam(model.model.early_exit_gate.parameters(), lr=cfg.gate_lr)
 
 
-def stage1_step(model: LoopedLM, opt, tokens: Tensor, cfg: TrainConfig, step: int) -> float:
+def stage1_step(
+    model: LoopedLM, opt: torch.optim.Optimizer, tokens: Tensor, cfg: TrainConfig, step: int
+) -> float:
     for group in opt.param_groups:
         group["lr"] = _lr(cfg, step) * group.get("lr_scale", 1.0)
     model.model.early_exit_gate.requires_grad_(step >= cfg.gate_warmup_steps)
@@ -213,7 +215,9 @@ def stage1_step(model: LoopedLM, opt, tokens: Tensor, cfg: TrainConfig, step: in
     return loss.item()
 
 
-def stage2_step(model: LoopedLM, opt, tokens: Tensor, cfg: TrainConfig) -> float:
+def stage2_step(
+    model: LoopedLM, opt: torch.optim.Optimizer, tokens: Tensor, cfg: TrainConfig
+) -> float:
     """The LM runs without autograd; its detached per-loop losses label the gate."""
     with torch.no_grad():
         out = model(tokens[:, :-1])
@@ -248,7 +252,7 @@ class Run:
         # then start as noise and train slower than loop 1 (measured: L_1 < ... < L_4 at
         # step 100 although loop 4 held 68% of the weight). Small output norms make each
         # loop start near the identity on its input, a refinement (LayerScale's idea).
-        for layer in self.model.model.layers:
+        for layer in self.model.model.decoder_layers:
             nn.init.constant_(layer.input_layernorm_2.weight, cfg.sublayer_norm_init)
             nn.init.constant_(layer.post_attention_layernorm_2.weight, cfg.sublayer_norm_init)
         self.stage, self.step = 1, 0

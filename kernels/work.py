@@ -34,7 +34,7 @@ class FlopModel:
 
     def __init__(self, config: LoopConfig) -> None:
         h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-        q_dim, kv_dim = config.num_attention_heads * config.head_dim, config.kv_dim
+        q_dim, kv_dim = config.num_attention_heads * config.head_size, config.kv_dim
         self.layers = config.num_hidden_layers
         self.linear = 2 * (h * q_dim + 2 * h * kv_dim + q_dim * h + 3 * h * i)  # per token-layer
         self.per_key = 4 * q_dim  # q·k and p·v for one key, per layer

@@ -29,7 +29,7 @@ def heatmap_figure(
     *, loops: int, trained_loops: int | None = None, tokens: Iterable[Mapping] = ()
 ) -> dict[str, Any]:
     """The figure for a run of ``loops`` loops, with the columns of ``tokens`` (events)."""
-    figure = {
+    figure: dict[str, Any] = {
         "data": [
             _heatmap_trace(
                 "cumulative exit p",

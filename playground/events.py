@@ -28,12 +28,20 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import cast
+from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
-from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponseBadRequest,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
 
 from playground import selectors, services, streams
 from playground.models import Run
@@ -80,7 +88,7 @@ def last_event_id(request: HttpRequest) -> int | None:
     return value if value >= -1 else None
 
 
-async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
+async def run_events(request: HttpRequest, run_id: UUID) -> HttpResponseBase:
     after = last_event_id(request)
     if after is None:
         return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
@@ -211,7 +219,9 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
                     return
                 await relay.sweep_if_stale()
                 continue
-            for _entry_id, fields in reply[0][1]:
+            # RESP2 reply of one stream: [(key, [(entry id, {field: value}), ...])]
+            entries = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], reply)
+            for _entry_id, fields in entries[0][1]:
                 kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
                 if kind == "token":
                     if data["position"] > relay.after + 1:  # a gap: fill it from the store

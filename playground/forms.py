@@ -6,6 +6,8 @@ submission service validates them in full (against the model, its loops, the que
 its errors come back onto the fields they name.
 """
 
+from typing import Any, cast
+
 from django import forms
 
 from playground.checkpoints import ModelInfo, model_catalog
@@ -81,7 +83,7 @@ class RunForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.models = model_catalog()
         available = [option for option in self.models if option.available]
-        field = self.fields["model"]
+        field = cast(forms.ChoiceField, self.fields["model"])
         field.choices = [
             (
                 option.name,
@@ -111,8 +113,9 @@ class RunForm(forms.Form):
     def can_run(self) -> bool:
         return any(option.available for option in self.models)
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         model = next((m for m in self.models if m.name == data.get("model")), None)
         if model is not None and not model.available:
             self.add_error("model", f"{model.name} cannot run: {model.problem}.")

@@ -63,7 +63,7 @@ class RunView:
 
     @property
     def status_label(self) -> str:
-        return STATUS_LABELS.get(self.run.status, self.run.status)
+        return STATUS_LABELS.get(Run.Status(self.run.status), self.run.status)
 
     @property
     def url(self) -> str:

@@ -101,16 +101,17 @@ def run_params_clean(
     elif not info.available:
         check("model", False, f"{name} is not available: {info.problem}")
     elif not errors:
-        if loops is not None and info.loops is not None and loops > info.loops:
+        trained, most = info.loops, info.max_loops
+        if loops is not None and trained is not None and most is not None and loops > trained:
             if not extrapolate:
                 check(
                     "loops",
                     False,
-                    f"{name} was trained with {info.loops} loops; going beyond needs "
-                    f"extrapolate (up to {info.max_loops})",
+                    f"{name} was trained with {trained} loops; going beyond needs "
+                    f"extrapolate (up to {most})",
                 )
             else:
-                check("loops", loops <= info.max_loops, f"at most {info.max_loops} (2 × T)")
+                check("loops", loops <= most, f"at most {most} (2 × T)")
         if info.max_positions is not None:
             count = prompt_token_count(model=info, text=prompt)
             check(
@@ -121,6 +122,7 @@ def run_params_clean(
             )
     if errors:
         raise ValidationError(errors)
+    assert info is not None  # a missing model is one of the errors above
     params = {
         "max_new_tokens": max_new_tokens,
         "exit_rule": exit_rule,

@@ -10,10 +10,11 @@ swapped region only.
 import uuid
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
 from playground.forms import RunForm
 from playground.models import Run
@@ -26,13 +27,13 @@ LISTED_RUNS = 50
 
 
 @require_http_methods(["GET", "POST"])
-def index(request: HttpRequest) -> HttpResponse:
+def index(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _submit(request, RunForm(request.POST))
     return _page(request, RunForm())
 
 
-def _submit(request: HttpRequest, form: RunForm) -> HttpResponse:
+def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
     status = 400
     if form.is_valid():
         try:
@@ -74,7 +75,7 @@ def _add_errors(form: RunForm, error: ValidationError) -> None:
         form.add_error(name if name in form.fields else None, messages)
 
 
-def _page(request: HttpRequest, form: RunForm, *, run=None, status: int = 200) -> HttpResponse:
+def _page(request: HtmxHttpRequest, form: RunForm, *, run=None, status: int = 200) -> HttpResponse:
     context = run_context(run) | {
         "form": form,
         "recent_runs": selectors.run_list()[:RECENT_RUNS],
@@ -83,7 +84,7 @@ def _page(request: HttpRequest, form: RunForm, *, run=None, status: int = 200) -
 
 
 @require_GET
-def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = selectors.run_get(run_id=run_id)
     if run is None:
         raise Http404("No such run.")
@@ -94,7 +95,7 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     return _page(request, form, run=view)
 
 
-def _region_only(request: HttpRequest) -> bool:
+def _region_only(request: HtmxHttpRequest) -> bool:
     """An htmx swap, not htmx restoring a page from history (which needs all of it)."""
     return bool(request.htmx) and not request.htmx.history_restore_request
 
@@ -117,16 +118,16 @@ def _initial(run) -> dict:
 
 
 @require_GET
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     if _region_only(request):  # the prompt page's list, refreshed when a run starts or ends
-        context = {"recent_runs": selectors.run_list()[:RECENT_RUNS]}
+        context: dict[str, object] = {"recent_runs": selectors.run_list()[:RECENT_RUNS]}
         return render(request, f"{TEMPLATE}#recent-runs", context)
     context = {"recent_runs": selectors.run_list()[:LISTED_RUNS], "all_runs": True}
     return render(request, "playground/runs.html", context)
 
 
 @require_POST
-def run_stop(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def run_stop(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = selectors.run_get(run_id=run_id)
     if run is None:
         raise Http404("No such run.")

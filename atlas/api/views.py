@@ -17,6 +17,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -39,7 +40,7 @@ from atlas.serializers import (
 )
 from atlas.services import suggestion_submit
 from atlas.throttles import ExportThrottle, SuggestionThrottle
-from loopatlas.api.conventions import StrictFilterBackend, conditional
+from loopatlas.api.conventions import ContentVersion, StrictFilterBackend, conditional
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid parameters; the body names them."),
@@ -47,8 +48,10 @@ ERRORS = {
 }
 
 
-class AtlasReadMixin:
+class AtlasReadMixin(GenericAPIView):
     """Filtered works with the Explore parameters; ETags from the data version."""
+
+    content_version: ContentVersion  # set by @conditional before the action runs
 
     queryset = Work.objects.none()
     filterset_class = WorkFilter
@@ -174,6 +177,7 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     with list fields joined by ``;``.
     """
 
+    content_version: selectors.DataVersion  # @conditional(selectors.data_version) sets it
     pagination_class = None
     renderer_classes = EXPORT_RENDERERS
     metadata_class = None  # OPTIONS is a 405: describing the endpoint is not a file

@@ -164,10 +164,11 @@ def conditional(version: Callable[[], ContentVersion]):
             seed = f"{current.tag}|{url}|{request.accepted_media_type}"
             etag = '"' + hashlib.sha256(seed.encode()).hexdigest()[:32] + '"'
             modified = int(current.at.timestamp())
-            unchanged = get_conditional_response(request, etag=etag, last_modified=modified)
-            response: HttpResponseBase = unchanged or _cached_action(
-                f"api:{etag}", action, view, request, *args, **kwargs
+            response: HttpResponseBase | None = get_conditional_response(
+                request, etag=etag, last_modified=modified
             )
+            if response is None:
+                response = _cached_action(f"api:{etag}", action, view, request, *args, **kwargs)
             if response.status_code in (200, 304):
                 response["ETag"], response["Last-Modified"] = etag, http_date(modified)
                 patch_vary_headers(response, ["Accept"])

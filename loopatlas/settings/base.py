@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 from loopatlas.settings.env import env_bool, env_int, env_list, env_str
 
@@ -56,6 +57,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "loopatlas.middleware.ServiceUnavailableMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -78,6 +80,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -153,11 +156,34 @@ WHITENOISE_USE_FINDERS = DEBUG
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 3600)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HSTS once TLS is on: a year by default (what `check --deploy` asks for), 0 turns it off.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if SECURE_SSL_REDIRECT else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+# Only a TLS-terminating proxy in front may say the request came over HTTPS (the compose
+# stack's proxy sets this header itself); without one, anybody could send it.
+if env_bool("BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy: code and stylesheets come from this site only. Pages hand data
+# to their modules through json_script (not executed), so no inline script exists; the
+# API docs load their init script from a URL (SpectacularSwaggerSplitView). Style
+# *attributes* stay allowed: templates set CSS variables with them and Plotly draws with
+# them; an attribute cannot run code. The favicon is a data: URL.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "style-src-attr": [CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 
 NUM_PROXIES = env_int("NUM_PROXIES", 0)
 if NUM_PROXIES < 0:
@@ -179,6 +205,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
+        "admin_login": env_str("THROTTLE_ADMIN_LOGIN", "10/hour"),
     },
     # How many proxies of the operator's sit in front (0: none, so X-Forwarded-For is a
     # header like any other). DRF's None would trust the header, letting a client pick
@@ -220,8 +247,9 @@ LOGGING = {
 CELERY_BROKER_URL = env_str(
     "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
-if CELERY_BROKER_URL.startswith("sqlite:"):
-    CELERY_BROKER_TRANSPORT = "workers.broker:Transport"
+CELERY_BROKER_TRANSPORT: str | None = (
+    "workers.broker:Transport" if CELERY_BROKER_URL.startswith("sqlite:") else None
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}

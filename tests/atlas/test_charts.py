@@ -43,3 +43,17 @@ def test_bars_count_per_month_and_family_and_link_to_that_slice() -> None:
         ["?m=2025-01&f=universal"],
     )
     assert figure["layout"]["barmode"] == "stack"
+
+
+def test_a_title_cannot_carry_plotly_markup_into_the_hover_text() -> None:
+    # given a title with Plotly's pseudo-HTML: a link, formatting, a line break
+    title = 'Loops <a href="https://example.org/x">here</a> & <b>bold</b><br>2'
+    point = TimelinePoint("m", title, date(2025, 1, 1), False, "looped-lm")
+    # when
+    (trace,) = timeline_dots([point])["data"]
+    # then Plotly gets entities, which it shows as the literal characters
+    assert trace["text"] == [
+        'Loops &lt;a href="https://example.org/x"&gt;here&lt;/a&gt; &amp; '
+        "&lt;b&gt;bold&lt;/b&gt;&lt;br&gt;2"
+    ]
+    assert "<" not in trace["text"][0]

@@ -5,7 +5,7 @@ from datetime import date
 import pytest
 from django.http import QueryDict
 
-from atlas.models import Work
+from atlas.models import AtlasChange, Work
 from atlas.selectors import (
     data_version,
     facet_counts,
@@ -105,7 +105,7 @@ def test_compare_keeps_the_order_names_unknown_slugs_and_drops_a_fourth(small_at
 
 def test_the_data_version_is_the_newest_change(small_atlas) -> None:
     first = data_version()
-    change = atlas_change_record(kind="edit", summary="x")
+    change = atlas_change_record(kind=AtlasChange.Kind.EDIT, summary="x")
     assert first.change_id > 0 and data_version().change_id == change.pk
     assert data_version().label.endswith("Z")
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.model import LoopedLM
-from kernels.rules import Convergence, ExitRule
+from kernels.rules import Convergence, ExitRule, QExit
 
 
 @dataclass
@@ -91,16 +91,17 @@ class NaiveRun:
             x = h
         self.depth.append(t)
         if self.policy == "recompute-kv" and t < self.n_loops:
-            for layer_index, layer in enumerate(body.layers):
+            for layer_index, layer in enumerate(body.decoder_layers):
                 k, v = layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
                 self.frozen[(i, layer_index)] = (k[0], v[0])
+        assert exit_logits is not None  # the last loop always exits
         return NaiveToken(exit_loop=exit_loop, loops_computed=t, logits=exit_logits)
 
 
 def _exits(rule: ExitRule, t: int, n_loops: int, cumulative: float, kl: float | None) -> bool:
     if t >= n_loops:
         return True
-    if rule.name == "q-exit":
+    if isinstance(rule, QExit):
         return rule.q < 1.0 and cumulative >= rule.q
     if isinstance(rule, Convergence):
         return kl is not None and kl < rule.kl_threshold

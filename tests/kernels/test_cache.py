@@ -27,9 +27,9 @@ def test_entries_are_the_sum_of_compute_depths(ouro_tiny, reference, policy):
     prefill = engine.prefill(reference["input_ids"], reserve=6)
 
     # then after prefill and after decoding
-    assert prefill.cache.entries() == int(prefill.loops_computed.sum())
+    assert prefill.kept_cache().entries() == int(prefill.loops_computed.sum())
     records = decode_all(engine, prefill, 6)
-    assert prefill.cache.entries() == int(prefill.loops_computed.sum()) + sum(
+    assert prefill.kept_cache().entries() == int(prefill.loops_computed.sum()) + sum(
         r.loops_computed for r in records
     )
 
@@ -38,7 +38,7 @@ def test_recompute_kv_keeps_one_projected_entry_per_early_exit(ouro_tiny, refere
     prefill = Engine(ouro_tiny.model, QExit(0.5), "recompute-kv").prefill(reference["input_ids"])
 
     depths = prefill.loops_computed
-    assert prefill.cache.entries() == int(depths.sum()) + int((depths < 4).sum())
+    assert prefill.kept_cache().entries() == int(depths.sum()) + int((depths < 4).sum())
 
 
 @pytest.mark.parametrize("q", [1.0, 0.5])
@@ -47,20 +47,20 @@ def test_byte_accounting_is_exact(ouro_tiny, reference, q):
     prefill = engine.prefill(reference["input_ids"], reserve=20)
     decode_all(engine, prefill, 20)
 
-    cache = prefill.cache
+    cache = prefill.kept_cache()
     assert cache.live_bytes == allocated_bytes(cache)
     assert cache.peak_bytes >= cache.live_bytes
 
 
 def test_memory_follows_exit_depths_not_loops_times_length(ouro_tiny, reference):
     # given the same prompts at full depth and with early exits
-    full = Engine(ouro_tiny.model, QExit(1.0)).prefill(reference["input_ids"]).cache
+    full = Engine(ouro_tiny.model, QExit(1.0)).prefill(reference["input_ids"]).kept_cache()
     early = Engine(ouro_tiny.model, QExit(0.5)).prefill(reference["input_ids"])
 
     # then the stored entries shrink with the average depth
     depth_ratio = float(early.loops_computed.float().mean()) / 4
-    assert early.cache.entries() / full.entries() == pytest.approx(depth_ratio)
-    assert early.cache.live_bytes < full.live_bytes
+    assert early.kept_cache().entries() / full.entries() == pytest.approx(depth_ratio)
+    assert early.kept_cache().live_bytes < full.live_bytes
 
 
 def test_loop_stores_grow_per_row_and_keep_their_entries():
@@ -161,7 +161,7 @@ def test_appends_with_the_terminal_store_stacked_by_layer(ouro_tiny, reference):
     # decode step writes and what the loop stores receive on commit
     engine = Engine(ouro_tiny.model, QExit(0.5))
     prefill = engine.prefill(reference["input_ids"], reserve=4)
-    cache = prefill.cache
+    cache = prefill.kept_cache()
     assert cache.e_k.shape[:2] == (ouro_tiny.config.num_hidden_layers, len(prefill.lengths))
     assert cache.e_k[0].data_ptr() == cache.e_k.data_ptr()
     before = cache.entries()

@@ -1,4 +1,5 @@
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from kernels import corpus
 from kernels.bpe import EOS, train_bpe
@@ -97,6 +98,7 @@ def test_bpe_round_trips_and_loads_through_transformers(tmp_path):
     # then
     text = "def push(self, item):\n    return a + b  # ünïcode\n"
     assert loaded.decode(loaded.encode(text)) == text
+    assert isinstance(loaded, PreTrainedTokenizerFast)
     assert loaded.eos_token_id == 0 and loaded.convert_ids_to_tokens(0) == EOS
     assert len(loaded.encode("    def add(a, b):")) < len("    def add(a, b):")  # merges learnt
 

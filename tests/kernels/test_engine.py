@@ -2,20 +2,20 @@ import pytest
 import torch
 
 from kernels import attention
-from kernels.engine import Engine
-from kernels.rules import Convergence, Fixed, QExit
+from kernels.engine import Engine, TokenRecord
+from kernels.rules import Convergence, ExitRule, Fixed, QExit
 from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
 POLICIES = ["best-available", "select", "recompute-kv"]
-RULES = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2)]
+RULES: list[ExitRule] = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2)]
 ATOL = 1e-5
 
 
 def greedy(engine, rows, new_tokens, work=None):
     """Prefill + decode; returns (prefill result, generated ids per row, records per row)."""
     prefill = engine.prefill(rows, reserve=new_tokens)
-    records = [[] for _ in prefill.lengths]
+    records: list[list[TokenRecord]] = [[] for _ in prefill.lengths]
     for record in engine.decode(prefill, max_new_tokens=new_tokens, work=work):
         records[record.row].append(record)
     return prefill, [[r.token_id for r in rec] for rec in records], records
@@ -265,7 +265,7 @@ def test_a_queue_keeps_the_batch_full_and_each_request_unchanged(ouro_tiny, prom
     prefill = engine.prefill(requests[:2], reserve=longest + 5)
 
     # when
-    served = [[] for _ in requests]
+    served: list[list[tuple[int, int]]] = [[] for _ in requests]
     for record in engine.decode(prefill, max_new_tokens=5, queue=iter(requests[2:])):
         served[record.row].append((record.token_id, record.exit_loop))
 

@@ -93,6 +93,7 @@ def test_ponder_loss_weights_loop_losses_by_the_stopping_distribution():
     expected_entropy = -(p * p.log()).sum()
     torch.testing.assert_close(entropy, expected_entropy)
     torch.testing.assert_close(loss, (p * torch.tensor([3.0, 2.0, 1.0])).sum() - 0.1 * entropy)
+    assert losses.grad is not None and gate_logits.grad is not None
     torch.testing.assert_close(losses.grad.flatten(), p)  # each loop trained by its mass
     assert gate_logits.grad[:2].abs().min() > 0 and gate_logits.grad[2].item() == 0  # λ_T unused
 

@@ -14,8 +14,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -32,7 +33,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def database_url_of(database: dict) -> str:
+def database_url_of(database: Mapping[str, Any]) -> str:
     """A DATABASE_URL naming the (test) database the suite is using, for PostgreSQL."""
     user, password = database.get("USER") or "", database.get("PASSWORD") or ""
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")

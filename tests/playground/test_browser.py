@@ -32,8 +32,9 @@ def served(browser, tmp_path_factory) -> Iterator[Stack]:
 
 
 def _run_of(stack: Stack, page) -> dict:
-    run_id = re.search(r"/playground/runs/([0-9a-f-]{36})/", page.url)[1]
-    return stack.get(f"/api/v1/runs/{run_id}/").json()
+    found = re.search(r"/playground/runs/([0-9a-f-]{36})/", page.url)
+    assert found, f"not a run page: {page.url}"
+    return stack.get(f"/api/v1/runs/{found[1]}/").json()
 
 
 @pytest.fixture

@@ -37,12 +37,14 @@ def test_an_unreadable_config_makes_the_model_unavailable(settings, tmp_path):
     info = model_get(name="broken")
 
     # then
+    assert info is not None
     assert not info.available and "not a usable config" in info.problem
 
 
 def test_prompt_tokens_are_counted_as_the_worker_encodes_them():
     # given: the fixture has no tokenizer.json, so the worker uses UTF-8 bytes
     info = model_get(name="ouro-tiny")
+    assert info is not None
 
     # then
     assert prompt_token_count(model=info, text="héllo") == 6

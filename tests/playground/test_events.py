@@ -6,9 +6,11 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import cast
 
 import pytest
 import redis
+from django.http import StreamingHttpResponse
 from django.test import AsyncClient
 from django.utils import timezone
 
@@ -151,7 +153,7 @@ def get(path: str, **headers):
         response = await AsyncClient().get(path, headers=headers)
         if not response.streaming:
             return response, ""
-        body = [chunk async for chunk in response.streaming_content]
+        body = [chunk async for chunk in cast(StreamingHttpResponse, response)]
         return response, b"".join(c if isinstance(c, bytes) else c.encode() for c in body)
 
     return run_async(go())
@@ -247,7 +249,9 @@ def test_the_stream_entries_are_keyed_by_position(full_stack, run_factory):
     streams.publish_end(run_id=run.id, last_position=1, event="done", data={"status": "done"})
 
     # then
-    entries = client.xrange(streams.stream_key(run.id))
+    entries = cast(
+        list[tuple[bytes, dict[bytes, bytes]]], client.xrange(streams.stream_key(run.id))
+    )
     assert [entry_id for entry_id, _ in entries] == [b"1-0", b"2-0", b"2-1"]
     assert json.loads(entries[1][1][b"data"])["position"] == 1
     assert 0 < client.ttl(streams.stream_key(run.id)) <= 3600

@@ -186,10 +186,12 @@ def test_execute_stores_what_the_engine_generates(direct_events):
 
     # when
     finished = services.run_execute(run_id=run.id, worker="w@host")
+    assert finished is not None
 
     # then
     stored = [token.data for token in RunToken.objects.filter(run=run)]
     assert finished.status == "done" and finished.worker == "w@host"
+    assert finished.started_at and finished.finished_at
     assert finished.started_at <= finished.finished_at
     assert token_view(stored) == token_view(direct_events(PROMPT, **run.params))
     assert finished.stats["prompt_tokens"] == len(PROMPT)
@@ -293,6 +295,7 @@ def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token)
     # when
     with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then
     assert finished.status == "cancelled"
@@ -314,6 +317,7 @@ def test_a_run_failed_meanwhile_stays_failed(stop_checked_every_token):
     # when
     with mock.patch.object(services.TokenWriter, "add", add_then_fail):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then
     assert finished.status == "failed" and finished.error == "swept"
@@ -328,6 +332,7 @@ def test_a_model_gone_since_submit_fails_the_run_with_the_reason(settings, tmp_p
 
     # when
     finished = services.run_execute(run_id=run.id, worker="w")
+    assert finished is not None
 
     # then
     assert finished.status == "failed" and "missing" in finished.error
@@ -341,6 +346,7 @@ def test_an_engine_error_fails_the_run_with_the_reason():
     # when
     with mock.patch("kernels.stream.generate_stream", side_effect=RuntimeError("CUDA OOM")):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then
     assert finished.status == "failed"
@@ -361,6 +367,7 @@ def test_cancel_is_checked_at_most_every_few_tens_of_milliseconds():
     # when
     with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then: the first check, after the first generated token, stops it
     assert finished.status == "cancelled"
@@ -377,6 +384,7 @@ def test_a_run_whose_tokens_cannot_be_stored_still_ends_failed():
         services.TokenWriter, "flush", side_effect=RuntimeError("database is down")
     ):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then
     assert finished.status == "failed" and "database is down" in finished.error
@@ -392,6 +400,7 @@ def test_the_soft_time_limit_fails_the_run_with_the_reason(settings):
     # when
     with mock.patch("kernels.stream.generate_stream", side_effect=SoftTimeLimitExceeded()):
         finished = services.run_execute(run_id=run.id, worker="w")
+        assert finished is not None
 
     # then
     assert finished.status == "failed"

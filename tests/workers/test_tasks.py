@@ -26,7 +26,8 @@ def test_the_task_generates_the_run(db):
 def test_the_task_is_routed_to_the_gpu_queue_and_acknowledged_late():
     # then
     assert tasks.run_generate.acks_late is True
-    assert tasks.run_generate.soft_time_limit < tasks.run_generate.time_limit
+    soft, hard = tasks.run_generate.soft_time_limit, tasks.run_generate.time_limit
+    assert soft is not None and hard is not None and soft < hard
     from workers.celery import app
 
     assert app.conf.worker_prefetch_multiplier == 1

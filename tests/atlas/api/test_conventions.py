@@ -2,7 +2,7 @@
 
 import pytest
 
-from atlas.models import Work
+from atlas.models import AtlasChange, Work
 from atlas.services import atlas_change_record
 
 pytestmark = pytest.mark.django_db
@@ -69,7 +69,7 @@ def test_reads_answer_conditional_requests_until_the_data_changes(client, small_
     assert not_modified.status_code == 304 and not_modified["ETag"] == etag
     assert client.get(url, headers={"If-Modified-Since": modified}).status_code == 304
     # when the data changes, the validator no longer matches
-    atlas_change_record(kind="edit", summary="a reviewed change")
+    atlas_change_record(kind=AtlasChange.Kind.EDIT, summary="a reviewed change")
     changed = client.get(url, headers={"If-None-Match": etag})
     assert changed.status_code == 200 and changed["ETag"] != etag
 
@@ -102,7 +102,7 @@ def test_a_repeated_read_is_served_from_the_cache_until_the_data_changes(
     assert again["Content-Disposition"] == first["Content-Disposition"]
     # and after a reviewed change it is computed afresh
     Work.objects.filter(slug="universal-transformers").update(title="Changed")
-    atlas_change_record(kind="edit", summary="retitled")
+    atlas_change_record(kind=AtlasChange.Kind.EDIT, summary="retitled")
     assert b"Changed" in client.get("/api/v1/export/?format=csv").content
 
 
