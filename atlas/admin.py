@@ -19,7 +19,7 @@ class FieldChangeInline(admin.TabularInline):
     model = FieldChange
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["change", "when", "field", "old", "new", "evidence"]
+    fields = readonly_fields = ("change", "when", "field", "old", "new", "evidence")
     verbose_name = "change"
     verbose_name_plural = "history"
 

@@ -124,7 +124,7 @@ FORM_BODIES = {
     "repeats": "&".join(["slug=" + WORK] * 500 + ["prompt=x"] * 500),
     "nesting": "prompt[]=x&a[b][c]=1",
 }
-OTHER_CONTENT = {
+OTHER_CONTENT: dict[str, bytes | str] = {
     "text/plain": b"hello",
     "multipart/form-data; boundary=x": b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1",
     "application/xml": b"<a/>",
@@ -155,8 +155,8 @@ def _cases() -> Iterator[tuple[str, str, str, dict]]:
         for name, form in FORM_BODIES.items():
             kwargs = {"data": form, "content_type": "application/x-www-form-urlencoded"}
             yield f"form {name}", "post", path, kwargs
-        for content_type, body in OTHER_CONTENT.items():
-            yield content_type, "post", path, {"data": body, "content_type": content_type}
+        for content_type, payload in OTHER_CONTENT.items():
+            yield content_type, "post", path, {"data": payload, "content_type": content_type}
         yield "query", "post", f"{path}?{QUERIES['repeats']}", {"data": FIELDS}
         for method in WRONG_METHODS:
             yield f"wrong method {method}", method, path, {}

@@ -244,6 +244,7 @@ class ChangeViewSet(viewsets.GenericViewSet):
     value, when, and the basis of the new value."""
 
     queryset = Work.objects.none()
+    content_version: selectors.DataVersion  # @conditional(selectors.data_version) sets it
     pagination_class = None
 
     @extend_schema(

@@ -5,6 +5,7 @@ import logging
 
 import pytest
 from django.db import OperationalError
+from django.http import HttpResponse
 from django.test import RequestFactory
 
 from loopatlas import cache as fail_open
@@ -32,5 +33,5 @@ def test_an_unreachable_redis_is_an_empty_cache_with_one_warning(caplog, monkeyp
 def test_a_database_error_on_a_live_connection_stays_a_server_error() -> None:
     # a refused statement is a bug to see, not an outage to hide behind a 503
     request = RequestFactory().get("/api/v1/works/")
-    middleware = ServiceUnavailableMiddleware(lambda request: None)
+    middleware = ServiceUnavailableMiddleware(lambda request: HttpResponse())
     assert middleware.process_exception(request, OperationalError("too complex")) is None
