@@ -112,7 +112,7 @@ class KVPolicy:
     compute_all: bool = False  # select: exits choose outputs only
     frozen_terminal: bool = False  # recompute-kv: terminal entry is the projected state
 
-    def terminal_visible(self, exit_loop: Tensor, t: Tensor | int, n_loops: int) -> Tensor:
+    def terminal_visible(self, exit_loop: Tensor, t: Tensor | int, n_loops: Tensor | int) -> Tensor:
         """Is a terminal entry of a position that exited at ``exit_loop`` visible at loop t?"""
         if self.frozen_terminal:  # loops ≤ e live in the loop stores, the projection after e
             return (exit_loop < t) | (t >= n_loops)
