@@ -141,6 +141,16 @@ class LoopRules:
     def needs_logits(self) -> bool:
         return any(rule.needs_logits for rule, _, _ in self.groups)
 
+    def wants_kl(self, like: Tensor) -> Tensor | bool:
+        """Which tokens' rules use the KL (the others report none, as they would alone)."""
+        if len(self.groups) == 1:
+            return True
+        wants = torch.zeros_like(like, dtype=torch.bool)
+        for rule, _, index in self.groups:
+            if rule.needs_logits:
+                wants[index] = True
+        return wants
+
     def decide(self, signals: LoopSignals) -> tuple[Tensor, Tensor]:
         """-> (exits: the rule's choice of output loop, stop: stops computing), (N,) each;
         under ``select`` a token computes every loop whatever its rule chose."""
@@ -220,7 +230,8 @@ class Engine:
         self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
         self.queued_prefill_s = self.queued_prefill_cpu_s = 0.0
 
-    def _new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+    def new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+        """An empty cache for ``batch`` rows of ``capacity`` positions and this run's loops."""
         cfg = self.config
         return DepthKVCache(
             n_layers=cfg.num_hidden_layers,
@@ -280,7 +291,7 @@ class Engine:
         if rules.needs_logits:
             prev = state.prev_logp[slots]
             kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
-            kl = torch.where(loop >= 2, kl, float("nan"))
+            kl = torch.where((loop >= 2) & rules.wants_kl(kl), kl, float("nan"))
             state.prev_logp[slots] = logp
         signals = LoopSignals(
             t=loop,
@@ -349,7 +360,7 @@ class Engine:
             self.device
         )
         cos_s, sin_s = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
-        cache = self._new_cache(b, s + reserve)
+        cache = self.new_cache(b, s + reserve)
         state = _TokenState.create(
             b * s,
             self.config.vocab_size,
