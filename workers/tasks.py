@@ -2,7 +2,10 @@
 
 ``run_generate`` runs on queue ``gpu`` (``CELERY_TASK_ROUTES``), acknowledged late with
 prefetch 1 (settings), under soft and hard time limits. It is idempotent: a redelivered
-message finds the run already claimed or finished and does nothing (see ``run_claim``).
+message finds the run already claimed or finished and does nothing (see
+``workers.execution.run_claim``). The worker runs ``--pool threads`` with
+``PLAYGROUND_BATCH`` threads: each task hands its run to the process's batch
+(``workers.batching``) and blocks until the run ends.
 """
 
 import logging
@@ -10,10 +13,11 @@ import socket
 
 from celery import shared_task
 from celery.exceptions import TimeLimitExceeded
-from celery.signals import task_failure, worker_process_init, worker_ready
+from celery.signals import task_failure, worker_init, worker_ready
 from django.conf import settings
 
 from playground import services
+from workers import execution
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ logger = logging.getLogger(__name__)
 )
 def run_generate(self, run_id: str) -> None:
     worker = (self.request.hostname if self.request else "") or socket.gethostname()
-    services.run_execute(run_id=run_id, worker=worker)
+    execution.run_execute(run_id=run_id, worker=worker)
 
 
 @task_failure.connect
@@ -46,8 +50,8 @@ def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, *
     services.run_fail(run_id=run_id, reason=reason)
 
 
-@worker_process_init.connect
-def _worker_process_init(**kwargs):
+@worker_init.connect
+def _worker_init(**kwargs):
     """Each pool process pins torch's intra-op threads before it loads a model."""
     import torch
 
