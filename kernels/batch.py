@@ -71,16 +71,28 @@ class ContinuousBatch:
         max_rows: rows of the decode batch; more requests wait in order.
         max_loops: the deepest loop cap a request may ask for (default 2 × the
             checkpoint's loop count, the bound the playground accepts).
+        capacity: positions per row, prompt and new tokens (default the model's).
+        lockstep: the baseline that continuous depth batching improves on: a row whose
+            token stopped waits until every row's token has stopped (the deepest row
+            sets the pace). Output is the same; only the benchmarks use it.
     """
 
     def __init__(
-        self, loaded: LoadedModel, *, max_rows: int = 8, max_loops: int | None = None
+        self,
+        loaded: LoadedModel,
+        *,
+        max_rows: int = 8,
+        max_loops: int | None = None,
+        capacity: int | None = None,
+        lockstep: bool = False,
     ) -> None:
-        self.loaded = loaded
+        self.loaded, self.lockstep = loaded, lockstep
+        self.capacity = capacity or loaded.config.max_position_embeddings
+        self.held: list[tuple[int, int]] = []  # lockstep: (row, next token) not yet started
         self.max_loops = max_loops or 2 * loaded.config.total_ut_steps
         lens = min(LENS_WIDTH, loaded.config.vocab_size)
         self.engine = Engine(loaded.model, loops=self.max_loops, top_k=lens, trace=True)
-        cache = self.engine.new_cache(max_rows, loaded.config.max_position_embeddings)
+        cache = self.engine.new_cache(max_rows, self.capacity)
         self.decoding = self.engine.decode_state(cache, kl=True)
         self.scheduler = Scheduler(max_rows)
         self.eos = end_token(loaded)
@@ -101,6 +113,11 @@ class ContinuousBatch:
         loops = params.loops or self.loaded.config.total_ut_steps
         if loops > self.max_loops:
             raise ValueError(f"loops must be at most {self.max_loops}, got {loops}")
+        if len(prompt) + params.max_new_tokens > self.capacity:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
+                f"exceeds the batch's {self.capacity} positions per row"
+            )
         settings = RowSettings(
             rule=params.rule(),
             policy=kv_policy(params.kv_policy),
@@ -145,9 +162,14 @@ class ContinuousBatch:
                 stopped = "eos" if done.token == self.eos else "max_new_tokens"
                 self._leave(done.key, stopped, updates, row=done.row)
                 continue
-            token = run.sampler(state.out_logits[done.row], 0)
-            self.scheduler.next_token(done.row, token)
-            self.engine.start_token(self.decoding, done.row, token, run.settings)
+            self.held.append((done.row, run.sampler(state.out_logits[done.row], 0)))
+        if not self.lockstep or self.scheduler.plan() is None:
+            for row, token in self.held:
+                settings = self.scheduler.rows[row]
+                assert settings is not None
+                self.scheduler.next_token(row, token)
+                self.engine.start_token(self.decoding, row, token, settings.settings)
+            self.held = []
         return updates
 
     def _join(self, run: _Run, row: int, updates: dict[Hashable, RunUpdate]) -> None:
@@ -182,6 +204,7 @@ class ContinuousBatch:
         if run in self.waiting:
             self.waiting.remove(run)
         freed = self.scheduler.cancel(key) if row is None else row
+        self.held = [(r, token) for r, token in self.held if r != freed]
         update = updates.setdefault(key, RunUpdate())
         if run.report is None:  # cancelled before it joined
             update.summary = {"stopped": stopped, "generated_tokens": 0}

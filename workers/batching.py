@@ -51,9 +51,10 @@ class RunHandle:
 class BatchService:
     """A model's batch and the daemon thread that steps it while it has runs."""
 
-    def __init__(self, loaded: LoadedModel, max_rows: int) -> None:
+    def __init__(self, loaded: LoadedModel, max_rows: int, torch_threads: int = 0) -> None:
         from kernels.batch import ContinuousBatch
 
+        self.torch_threads = torch_threads
         self.batch: ContinuousBatch = ContinuousBatch(loaded, max_rows=max_rows)
         self.handles: dict[Hashable, RunHandle] = {}
         self.wake = threading.Condition()
@@ -75,6 +76,7 @@ class BatchService:
             self.wake.notify()
 
     def _serve(self) -> None:
+        torch_threads_pin(self.torch_threads)
         while True:
             with self.wake:
                 self.wake.wait_for(lambda: self.batch.busy)
@@ -102,16 +104,34 @@ class BatchService:
         self.batch.step()  # the cancelled runs leave; their rows are free again
 
 
+def torch_threads_pin(threads: int) -> None:
+    """Pin torch's intra-op threads for the calling thread (0: leave the default). With
+    OpenMP the count is per thread, so a task thread and the stepping thread each pin
+    their own, or each starts one per core and stalls on a shared CPU."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 _LOCK = threading.Lock()
 _SERVICES: dict[int, BatchService] = {}
 
 
 def batch_submit(
-    loaded: LoadedModel, key: Hashable, prompt: str, params: GenerationParams, *, max_rows: int
+    loaded: LoadedModel,
+    key: Hashable,
+    prompt: str,
+    params: GenerationParams,
+    *,
+    max_rows: int,
+    torch_threads: int = 0,
 ) -> RunHandle:
-    """Hand a run to this process's batch for ``loaded`` (created on first use)."""
+    """Hand a run to this process's batch for ``loaded`` (created on first use, its
+    stepping thread on ``torch_threads`` intra-op threads; 0 leaves torch's default)."""
     with _LOCK:
         service = _SERVICES.get(id(loaded))
         if service is None or service.batch.loaded is not loaded:
-            service = _SERVICES[id(loaded)] = BatchService(loaded, max_rows)
+            service = BatchService(loaded, max_rows, torch_threads)
+            _SERVICES[id(loaded)] = service
     return service.submit(key, prompt, params)

@@ -74,7 +74,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
 
     Returns the finished run, or None when the message was a redelivery to skip.
     """
-    from workers.batching import batch_submit
+    from workers.batching import batch_submit, torch_threads_pin
     from workers.resident import resident_model
 
     claim = run_claim(run_id=run_id, worker=worker)
@@ -91,10 +91,16 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
         if model is None or not model.available:
             raise ModelUnavailable(model.problem if model else f"no model named {run.model!r}")
         params = generation_params(run)
+        torch_threads_pin(settings.PLAYGROUND_TORCH_THREADS)  # this task thread's own
         loaded = resident_model(model.path)
         control.beat(force=True)
         handle = batch_submit(
-            loaded, run.id, run.prompt, params, max_rows=settings.PLAYGROUND_BATCH
+            loaded,
+            run.id,
+            run.prompt,
+            params,
+            max_rows=settings.PLAYGROUND_BATCH,
+            torch_threads=settings.PLAYGROUND_TORCH_THREADS,
         )
         for event in handle:
             if control.stop_reason:  # stopped: the rest of the batch's step is not kept

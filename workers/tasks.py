@@ -17,7 +17,9 @@ from celery.signals import task_failure, worker_init, worker_ready
 from django.conf import settings
 
 from playground import services
+from playground.checkpoints import model_catalog
 from workers import execution
+from workers.resident import resident_model
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def _worker_init(**kwargs):
 @worker_ready.connect
 def _worker_ready(sender=None, **kwargs):
     """Runs left ``running`` by an earlier process under this worker's name are dead;
-    so are runs anywhere whose heartbeat went stale."""
+    so are runs anywhere whose heartbeat went stale. Then the models are made resident."""
     hostname = getattr(sender, "hostname", "")
     try:
         if hostname:
@@ -70,3 +72,12 @@ def _worker_ready(sender=None, **kwargs):
         services.run_fail_stale()
     except Exception:  # the sweep must never keep a worker from starting
         logger.exception("startup sweep of stale runs failed")
+    # Load the models before taking runs: a cold torch import and load take seconds on a
+    # busy CPU, which the first run (and its heartbeat) would otherwise wait through.
+    for model in model_catalog():
+        if not model.available:
+            continue
+        try:
+            resident_model(model.path)
+        except Exception:  # a broken checkpoint fails its runs with the reason, later
+            logger.exception("could not preload model %s", model.name)

@@ -136,3 +136,16 @@ def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
         batch.add("ok", "x", GenerationParams())
 
     assert list(batch.runs) == ["ok"]
+
+
+def test_lockstep_batching_gives_the_same_runs_in_more_steps(ouro_tiny):
+    # given the same three runs, depth-pipelined and lockstep (each token waits for the
+    # deepest row of its wave)
+    keys = {0: ["greedy", "sampled", "recompute"]}
+    piped, _, piped_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3), keys)
+    locked, _, locked_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3, lockstep=True), keys)
+
+    # then the output is the same, and waiting for the deepest row costs steps
+    for key in keys[0]:
+        assert_same_run(locked[key], piped[key])
+    assert locked_steps > piped_steps
