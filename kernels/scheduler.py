@@ -96,8 +96,9 @@ class Scheduler:
         self, row: int, key: Hashable, settings: RowSettings, token: int, position: int
     ) -> None:
         """Request ``key`` takes the free ``row``; its first sampled token is ``token``."""
-        if self.rows[row] is not None:
-            raise ValueError(f"row {row} is serving request {self.rows[row].key!r}")
+        held = self.rows[row]
+        if held is not None:
+            raise ValueError(f"row {row} is serving request {held.key!r}")
         self.rows[row] = RowState(key=key, settings=settings, token=token, position=position)
 
     def cancel(self, key: Hashable) -> int | None:
