@@ -18,7 +18,8 @@ run: setup
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py load_atlas
 	@# The playground's worker runs beside the web server and stops with it.
-	DEBUG=1 $(PY) -m celery -A workers worker -Q gpu --concurrency 1 --loglevel INFO \
+	DEBUG=1 $(PY) -m celery -A workers worker -Q gpu --pool threads \
+		--concurrency $${PLAYGROUND_BATCH:-8} --loglevel INFO \
 		--logfile var/worker.log & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	DEBUG=1 $(PY) -m uvicorn loopatlas.asgi:application --host 127.0.0.1 --port 8000

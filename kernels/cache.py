@@ -128,6 +128,7 @@ class LoopStore:
             [self.offsets[b] + self.lens[b] for b in rows], device=self.cache.device
         )
         for layer in range(self.cache.n_layers):
+            self.cache._check(k[layer], v[layer], (len(rows),))
             self.k[layer][slots] = k[layer]
             self.v[layer][slots] = v[layer]
         for b in rows:
@@ -145,6 +146,7 @@ class LoopStore:
         want = max(n, min(self.cache.capacity, n + extra))
         self.reserve([want if r == b else c for r, c in enumerate(self.lens)])
         for layer in range(self.cache.n_layers):
+            self.cache._check(k[layer], v[layer], (n,))
             self.k[layer][self.offsets[b] : self.offsets[b] + n] = k[layer]
             self.v[layer][self.offsets[b] : self.offsets[b] + n] = v[layer]
         self.lens[b] = n
@@ -195,6 +197,59 @@ class DepthKVCache:
         """Count a per-step table built from the cache (a decode mask) toward the peak."""
         self.peak_bytes = max(self.peak_bytes, self.live_bytes + nbytes)
 
+    # -- writes (the only code that writes this cache's tensors; shapes are checked) ----
+    def _check(self, k: Tensor, v: Tensor, lead: tuple[int, ...]) -> None:
+        want = (*lead, *self.entry_shape)
+        assert k.shape == want and v.shape == want, f"K/V {tuple(k.shape)}, expected {want}"
+        assert k.dtype == v.dtype == self.dtype, f"K/V dtype {k.dtype}, expected {self.dtype}"
+
+    def write_prefix(self, layer: int, k: Tensor, v: Tensor) -> None:
+        """Every row's slots [0, S) of one layer's terminal store: k, v (B, S, nkv, d)."""
+        self._check(k, v, (self.batch, k.shape[1]))
+        assert k.shape[1] <= self.capacity, f"{k.shape[1]} positions, capacity {self.capacity}"
+        self.e_k[layer][:, : k.shape[1]] = k
+        self.e_v[layer][:, : k.shape[1]] = v
+
+    def write_terminal(self, layer: int, rows: Tensor, slots: Tensor, k: Tensor, v: Tensor) -> None:
+        """Terminal slots (rows[i], slots[i]) of one layer: rows, slots (N,); k, v (N, nkv, d)."""
+        self._check(k, v, (len(rows),))
+        assert rows.shape == slots.shape, f"rows {tuple(rows.shape)} vs slots {tuple(slots.shape)}"
+        self.e_k[layer][rows, slots] = k
+        self.e_v[layer][rows, slots] = v
+
+    def commit_prefill(self, exit_loop: Tensor, lengths: list[int]) -> None:
+        """After prefill: each position's compute depth (B, S) and each row's length."""
+        assert exit_loop.shape[0] == self.batch == len(lengths), "one length per row"
+        assert max(lengths) <= exit_loop.shape[1] <= self.capacity, "positions past capacity"
+        self.exit_loop[:, : exit_loop.shape[1]] = exit_loop.to(torch.int8)
+        self.e_len = list(lengths)
+
+    def commit_token(self, row: int, loop: int) -> None:
+        """Row ``row``'s token at slot e_len[row] is done at ``loop``: the slot is taken."""
+        position = self.e_len[row]
+        assert position < self.capacity, f"row {row} is full ({self.capacity} slots)"
+        assert 1 <= loop <= self.n_loops, f"exit loop {loop} outside 1..{self.n_loops}"
+        self.exit_loop[row, position] = loop
+        self.e_len[row] = position + 1
+
+    def keep_loop(self, t: int, kept: Tensor) -> None:
+        """Copy loop t's K/V of the ``kept`` (B, S) positions (read from their terminal
+        slots) into a new loop-t store, sized exactly."""
+        assert kept.shape[0] == self.batch and kept.dtype == torch.bool, "kept is (B, S) bool"
+        flat = kept.flatten().nonzero().squeeze(1)
+        if not len(flat):
+            return
+        s = kept.shape[1]
+        counts = kept.sum(1).tolist()
+        store = self.loop(t, caps=counts)
+        rows, rank = flat // s, (kept.cumsum(1) - 1).flatten()[flat]
+        cols = flat % s
+        dst = torch.tensor(store.offsets, device=self.device)[rows] + rank
+        for layer in range(self.n_layers):
+            store.k[layer][dst] = self.e_k[layer][rows, cols]
+            store.v[layer][dst] = self.e_v[layer][rows, cols]
+        store.lens = counts
+
     # -- loop stores -------------------------------------------------------------------
     def loop(self, t: int, caps: list[int] | None = None) -> LoopStore:
         """Loop t's store (1-based, t < T), created (with ``caps`` slots per row) if absent."""
@@ -218,13 +273,16 @@ class DepthKVCache:
         if n > self.capacity:
             raise ValueError(f"a {n}-token prompt does not fit a {self.capacity}-slot cache")
         self.peak_bytes = max(self.peak_bytes, self.live_bytes + source.peak_bytes)
+        self._check(source.e_k[:, 0, :n], source.e_v[:, 0, :n], (self.n_layers, n))
         self.e_k[:, row, :n] = source.e_k[:, 0, :n]
         self.e_v[:, row, :n] = source.e_v[:, 0, :n]
         self.exit_loop[row] = 0
         self.exit_loop[row, :n] = source.exit_loop[0, :n]
         self.e_len[row] = n
+        if source.n_loops > self.n_loops:
+            raise ValueError(f"a {source.n_loops}-loop request does not fit {self.n_loops} loops")
         for t in range(1, self.n_loops):
-            theirs = source.loops[t - 1]
+            theirs = source.loops[t - 1] if t < source.n_loops else None
             if theirs is None and self.loops[t - 1] is None:
                 continue
             if theirs is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +28,9 @@ from kernels.attention import DecodePlan, PrefillTiles
 from kernels.cache import DepthKVCache
 from kernels.exits import step_mass
 from kernels.model import Attend, LoopedLM, padded_causal_attend
-from kernels.rules import ExitRule, KVPolicy, QExit, kv_policy
+from kernels.rules import ExitRule, KVPolicy, LoopSignals, QExit, kv_policy
 from kernels.sampling import Sampler
+from kernels.scheduler import Done, RowSettings, Scheduler, StepPlan
 from kernels.work import FlopModel, Work
 
 
@@ -66,9 +66,9 @@ class Trace:
         self.top_ids[:, slot] = -1
         self.top_probs[:, slot] = 0.0
 
-    def record(self, slot: int, loops: int, top_k: int) -> dict[str, Any]:
+    def record(self, slot: int, loops: int, top_k: int) -> dict:
         """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
-        top: list[list[tuple[int, float]]] = [[] for _ in range(loops)]
+        top = [[] for _ in range(loops)]
         if top_k:
             ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
             top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
@@ -104,17 +104,21 @@ class _TokenState:
 
     remaining: Tensor  # (N,) float32
     cumulative: Tensor  # (N,) float32
+    gate_sum: Tensor  # (N,) float32 sum of the gates so far
+    seed: Tensor  # (N,) int64 each slot's request seed (a rule's random draws)
     reported: Tensor  # (N,) int64 reported exit loop, 0 until then
     out_logits: Tensor  # (N, V) logits at the reported exit loop
     prev_logp: Tensor | None  # (N, V) previous loop's log-probs (convergence only)
 
     @classmethod
     def create(
-        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool
+        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int = 0
     ) -> _TokenState:
         return cls(
             remaining=torch.ones(n, device=device),
             cumulative=torch.zeros(n, device=device),
+            gate_sum=torch.zeros(n, device=device),
+            seed=torch.full((n,), seed, dtype=torch.long, device=device),
             reported=torch.zeros(n, dtype=torch.long, device=device),
             out_logits=torch.zeros(n, vocab, dtype=dtype, device=device),
             prev_logp=torch.zeros(n, vocab, device=device) if kl else None,
@@ -122,6 +126,55 @@ class _TokenState:
 
     def reset(self, slot: int) -> None:
         self.remaining[slot], self.cumulative[slot], self.reported[slot] = 1.0, 0.0, 0
+        self.gate_sum[slot] = 0.0
+
+
+@dataclass(frozen=True)
+class LoopRules:
+    """Who decides for each token of one loop call: its loop cap and its request's exit
+    rule and KV policy (rows of one decode batch may each have their own)."""
+
+    caps: Tensor  # (N,) int64
+    groups: list[tuple[ExitRule, KVPolicy, Tensor | None]]  # tokens (into N); None: all
+
+    @property
+    def needs_logits(self) -> bool:
+        return any(rule.needs_logits for rule, _, _ in self.groups)
+
+    def wants_kl(self, like: Tensor) -> Tensor | bool:
+        """Which tokens' rules use the KL (the others report none, as they would alone)."""
+        if len(self.groups) == 1:
+            return True
+        wants = torch.zeros_like(like, dtype=torch.bool)
+        for rule, _, index in self.groups:
+            if rule.needs_logits:
+                wants[index] = True
+        return wants
+
+    def decide(self, signals: LoopSignals) -> tuple[Tensor, Tensor]:
+        """-> (exits: the rule's choice of output loop, stop: stops computing), (N,) each;
+        under ``select`` a token computes every loop whatever its rule chose."""
+        exits = torch.zeros_like(signals.t, dtype=torch.bool)
+        stop = exits.clone()
+        for rule, policy, index in self.groups:
+            mine = signals if index is None else signals.select(index)
+            chosen = rule.exits(mine)
+            halt = mine.last if policy.compute_all else chosen
+            if index is None:
+                return chosen, halt
+            exits[index], stop[index] = chosen, halt
+        return exits, stop
+
+
+@dataclass
+class DecodeState:
+    """The step runner's tensors for one decode batch, one slot per cache row."""
+
+    cache: DepthKVCache
+    x: Tensor  # (B, H) each row's current token state
+    state: _TokenState  # (B, …) its stopping distribution and output logits
+    trace: Trace | None  # (T, B, …)
+    works: list[Work]  # executed work, per row (rows may share one counter)
 
 
 @dataclass
@@ -136,12 +189,6 @@ class PrefillResult:
     trace: Trace | None = field(default=None, repr=False)
     state: _TokenState | None = field(default=None, repr=False)
 
-    def kept_cache(self) -> DepthKVCache:
-        """The cache to decode from; a prefill with ``keep_cache=False`` has none."""
-        if self.cache is None:
-            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
-        return self.cache
-
 
 class Engine:
     """Runs a :class:`LoopedLM` with per-token exits and real skipping.
@@ -153,6 +200,7 @@ class Engine:
         loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
         top_k: width of the per-loop logit lens recorded in traces.
         trace: record gate values per loop (default: when ``top_k`` > 0).
+        seed: the request's seed, which exit rules see (for reproducible random draws).
     """
 
     def __init__(
@@ -164,12 +212,14 @@ class Engine:
         loops: int | None = None,
         top_k: int = 0,
         trace: bool | None = None,
+        seed: int = 0,
     ) -> None:
         self.model, self.body, self.config = model, model.model, model.config
         self.rule = rule or QExit(1.0)
         self.policy = kv_policy(policy) if isinstance(policy, str) else policy
         self.n_loops = loops or self.config.total_ut_steps
         self.top_k = top_k
+        self.seed = seed
         self.tracing = bool(top_k) if trace is None else trace
         self.flops = FlopModel(self.config)
         # The full-depth baseline does what this run shows: with a trace, a logit lens at
@@ -180,22 +230,21 @@ class Engine:
         self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
         self.queued_prefill_s = self.queued_prefill_cpu_s = 0.0
 
-    def _new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+    def new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+        """An empty cache for ``batch`` rows of ``capacity`` positions and this run's loops."""
         cfg = self.config
         return DepthKVCache(
             n_layers=cfg.num_hidden_layers,
             n_loops=self.n_loops,
             batch=batch,
             capacity=capacity,
-            n_kv_heads=cfg.kv_heads,
-            head_dim=cfg.head_size,
+            n_kv_heads=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
             dtype=self.dtype,
             device=self.device,
         )
 
-    def _run_layers(
-        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]
-    ) -> Tensor:
+    def _run_layers(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]):
         for index, layer in enumerate(self.body.layers):
             x = layer(x, cos, sin, attend(index))
         return self.body.norm(x)  # the loop's normed output state
@@ -214,61 +263,75 @@ class Engine:
         self,
         t: int | Tensor,
         slots: Tensor,
+        position: Tensor,
         h: Tensor,
         state: _TokenState,
         trace: Trace | None,
         work: Work,
-    ) -> Tensor:
+        rules: LoopRules | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
         stopping mass, exit decision, output logits (one LM-head call for all of them).
-        ``t`` is one loop or, in decode, each token's own loop (N,). Returns "stops
-        computing" (N,)."""
-        last = t >= self.n_loops
+        ``position`` (N,) is each token's position. ``t`` is one loop or, in decode, each
+        token's own loop (N,); ``rules`` gives each token its cap, rule and policy
+        (default: the engine's). Returns "stops computing" and "ran the LM head", (N,)."""
+        rules = rules or self._rules(len(slots))
+        loop = torch.as_tensor(t, device=h.device).expand(len(slots))  # (N,)
+        last = loop >= rules.caps
         lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
         cumulative = state.cumulative[slots] + p
+        gate_sum = state.gate_sum[slots] + lam
         state.remaining[slots], state.cumulative[slots] = remaining, cumulative
+        state.gate_sum[slots] = gate_sum
         logits = logp = kl = None
-        if self.rule.needs_logits or self.tracing:
+        if rules.needs_logits or self.tracing:
             logits = self._head(h, work)  # (N, V)
             logp = F.log_softmax(logits.float(), dim=-1)
-        if self.rule.needs_logits:
-            # needs_logits computed logp above and made the state keep the previous one
-            assert logp is not None and state.prev_logp is not None
+        if rules.needs_logits:
             prev = state.prev_logp[slots]
             kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
-            kl = torch.where(torch.as_tensor(t, device=kl.device) >= 2, kl, float("nan"))
+            kl = torch.where((loop >= 2) & rules.wants_kl(kl), kl, float("nan"))
             state.prev_logp[slots] = logp
-        exits = self.rule.exits(t, self.n_loops, cumulative, kl)  # (N,)
+        signals = LoopSignals(
+            t=loop,
+            n_loops=rules.caps,
+            cumulative=cumulative,
+            kl=kl,
+            gate=lam,
+            gate_sum=gate_sum,
+            seed=state.seed[slots],
+            position=position,
+        )
+        exits, stop = rules.decide(signals)  # (N,) each
         if trace is not None:
-            trace.gate_lambda[t - 1, slots] = lam
-            trace.exit_p[t - 1, slots] = p
-            trace.cumulative[t - 1, slots] = cumulative
+            trace.gate_lambda[loop - 1, slots] = lam
+            trace.exit_p[loop - 1, slots] = p
+            trace.cumulative[loop - 1, slots] = cumulative
             if kl is not None:
-                trace.kl[t - 1, slots] = kl  # NaN at loop 1
+                trace.kl[loop - 1, slots] = kl  # NaN at loop 1
             if self.top_k:
-                assert logp is not None  # tracing computed it above
                 top = logp.topk(self.top_k, dim=-1)
-                trace.top_ids[t - 1, slots] = top.indices
-                trace.top_probs[t - 1, slots] = top.values.exp()
+                trace.top_ids[loop - 1, slots] = top.indices
+                trace.top_probs[loop - 1, slots] = top.values.exp()
         report = exits & (state.reported[slots] == 0)
         if bool(report.any()):
             chosen = report.nonzero().squeeze(1)
             out = logits[chosen] if logits is not None else self._head(h[chosen], work)
             state.out_logits[slots[chosen]] = out
-            state.reported[slots[chosen]] = t if isinstance(t, int) else t[chosen]
-        if self.policy.compute_all:
-            return torch.zeros_like(exits) | last
-        return exits
+            state.reported[slots[chosen]] = loop[chosen]
+        return stop, report if logits is None else torch.ones_like(report)
 
-    def _frozen_kv(
-        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
-    ) -> list[tuple[Tensor, Tensor]]:
+    def _rules(self, n: int) -> LoopRules:
+        """The engine's own rule, policy and loop count for n tokens."""
+        caps = torch.full((n,), self.n_loops, dtype=torch.long, device=self.device)
+        return LoopRules(caps, [(self.rule, self.policy, None)])
+
+    def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor, work: Work) -> list:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
         work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
         return [
-            layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
-            for layer in self.body.decoder_layers
+            layer.self_attn.kv(layer.input_layernorm(h), cos, sin) for layer in self.body.layers
         ]
 
     # -- prefill -----------------------------------------------------------------------
@@ -297,9 +360,14 @@ class Engine:
             self.device
         )
         cos_s, sin_s = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
-        cache = self._new_cache(b, s + reserve)
+        cache = self.new_cache(b, s + reserve)
         state = _TokenState.create(
-            b * s, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
+            b * s,
+            self.config.vocab_size,
+            self.dtype,
+            self.device,
+            self.rule.needs_logits,
+            self.seed,
         )
         trace = Trace.empty(self.n_loops, b * s, self.top_k, self.device) if self.tracing else None
         loops_computed = torch.zeros(b * s, dtype=torch.long, device=self.device)
@@ -315,8 +383,7 @@ class Engine:
             flat = active.flatten().nonzero().squeeze(1)  # (N,) active tokens, into B*S
             if not len(flat):
                 break
-            cols = flat % s
-            kv_index = flat // s * cache.capacity + cols  # into a (B*capacity) store
+            cols, row_of = flat % s, flat // s
             if len(flat) == b * s:  # every position active: the fused causal kernel as is
                 h = self._run_layers(
                     x.view(b, s, -1), cos_s, sin_s, self._dense_attend(cache, s)
@@ -324,11 +391,14 @@ class Engine:
             else:
                 tiles = PrefillTiles(flat, b, s, self.dtype)
                 h = self._run_layers(
-                    x[flat], cos_s[cols], sin_s[cols], self._tiled_attend(cache, tiles, kv_index)
+                    x[flat],
+                    cos_s[cols],
+                    sin_s[cols],
+                    self._tiled_attend(cache, tiles, row_of, cols),
                 )
             self._count(work, len(flat), float(keys[flat].sum()))
             loops_computed[flat] += 1
-            stop = self._finish_loop(t, flat, h, state, trace, work)
+            stop, _ = self._finish_loop(t, flat, cols, h, state, trace, work)
             x[flat] = h
             active.view(-1)[flat[stop]] = False
             if keep_cache and t < self.n_loops:
@@ -337,19 +407,17 @@ class Engine:
                 kept = active.flatten().clone()
                 if self.policy.frozen_terminal:
                     kept[flat] = True
-                self._keep_loop(cache, t, kept.view(b, s))
+                cache.keep_loop(t, kept.view(b, s))
             if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
                 frozen = stop.nonzero().squeeze(1)
                 c = cols[frozen]
                 for index, (k, v) in enumerate(
                     self._frozen_kv(h[frozen], cos_s[c], sin_s[c], work)
                 ):
-                    cache.e_k[index].view(-1, *cache.entry_shape)[kv_index[frozen]] = k
-                    cache.e_v[index].view(-1, *cache.entry_shape)[kv_index[frozen]] = v
+                    cache.write_terminal(index, row_of[frozen], c, k, v)
 
         depth = loops_computed.view(b, s)
-        cache.exit_loop[:, :s] = depth.to(torch.int8)
-        cache.e_len = list(lengths)
+        cache.commit_prefill(depth, lengths)
         return PrefillResult(
             ids=ids,
             lengths=lengths,
@@ -367,8 +435,7 @@ class Engine:
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, S, heads, d)
-                cache.e_k[index][:, :s] = k
-                cache.e_v[index][:, :s] = v
+                cache.write_prefix(index, k, v)
                 return causal(q, k, v)
 
             return attend
@@ -376,39 +443,93 @@ class Engine:
         return for_layer
 
     def _tiled_attend(
-        self, cache: DepthKVCache, tiles: PrefillTiles, kv_index: Tensor
+        self, cache: DepthKVCache, tiles: PrefillTiles, rows: Tensor, cols: Tensor
     ) -> Callable[[int], Attend]:
-        entry = cache.entry_shape
-
         def for_layer(index: int) -> Attend:
             ek, ev = cache.e_k[index], cache.e_v[index]
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
-                ek.view(-1, *entry)[kv_index] = k  # active positions' loop-t K/V
-                ev.view(-1, *entry)[kv_index] = v
+                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
                 return tiles.attend(q, ek, ev)
 
             return attend
 
         return for_layer
 
-    def _keep_loop(self, cache: DepthKVCache, t: int, kept: Tensor) -> None:
-        """Copy loop t's K/V of the ``kept`` (B, S) positions into a new loop-t store."""
-        flat = kept.flatten().nonzero().squeeze(1)
-        if not len(flat):
-            return
-        s, entry = kept.shape[1], cache.entry_shape
-        counts = kept.sum(1).tolist()
-        store = cache.loop(t, caps=counts)
-        rows, rank = flat // s, (kept.cumsum(1) - 1).flatten()[flat]
-        src = rows * cache.capacity + flat % s
-        dst = torch.tensor(store.offsets, device=self.device)[rows] + rank
-        for index in range(cache.n_layers):
-            store.k[index][dst] = cache.e_k[index].view(-1, *entry)[src]
-            store.v[index][dst] = cache.e_v[index].view(-1, *entry)[src]
-        store.lens = counts
-
     # -- decode ------------------------------------------------------------------------
+    def decode_state(self, cache: DepthKVCache, kl: bool | None = None) -> DecodeState:
+        """Empty per-row tensors for decoding into ``cache`` (one slot per cache row);
+        ``kl``: keep log-probs for a convergence rule (default: the engine's rule needs it)."""
+        b = cache.batch
+        kl = self.rule.needs_logits if kl is None else kl
+        return DecodeState(
+            cache=cache,
+            x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
+            state=_TokenState.create(
+                b, self.config.vocab_size, self.dtype, self.device, kl, self.seed
+            ),
+            trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
+            works=[Work() for _ in range(b)],
+        )
+
+    def start_token(self, decoding: DecodeState, row: int, token: int, settings: RowSettings):
+        """Row ``row``'s next token starts at loop 1 (state and trace of its slot reset)."""
+        decoding.state.reset(row)
+        decoding.state.seed[row] = settings.seed
+        if decoding.trace is not None:
+            decoding.trace.reset(row)
+        decoding.x[row] = self.body.embed_tokens.weight[token]
+        work, n_loops = decoding.works[row], settings.n_loops
+        position = decoding.cache.e_len[row]
+        work.token_loops_full += n_loops
+        work.flops_full += self.flops.loops(1, position + 1) * n_loops
+        work.flops_full += self.flops.head * (n_loops if self.tracing else 1)
+
+    @torch.no_grad()
+    def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:
+        """The step runner: one loop for every planned row, each at its own loop, with its
+        own rule, policy and cap. Writes the cache only through its methods (a stopping
+        token's slot is committed) and returns, per planned row, "its token stopped".
+        Host syncs: the attention plan's tables, and one read of the stops."""
+        cache, body = decoding.cache, self.body
+        rows = torch.tensor(plan.rows, device=self.device)  # (R,)
+        pos = torch.tensor(plan.positions, device=self.device)  # (R,)
+        t = torch.tensor(plan.loops, device=self.device)  # (R,)
+        caps = torch.tensor(plan.caps, device=self.device)  # (R,)
+        rules = _plan_rules(plan, caps)
+        attention = self._decode_plan(cache, plan, pos, t, caps, rules)
+        cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
+        x = decoding.x[rows]  # (R, H)
+        h = self._run_layers(x, cos, sin, self._cached_attend(cache, attention, rows, pos))
+        scratch = Work()
+        stop, headed = self._finish_loop(
+            t, rows, pos, h, decoding.state, decoding.trace, scratch, rules
+        )
+        decoding.x[rows] = h
+        stops, heads = torch.stack([stop, headed]).tolist()
+        frozen = [
+            i
+            for i, s in enumerate(plan.settings)
+            if stops[i] and s.policy.frozen_terminal and plan.loops[i] < plan.caps[i]
+        ]
+        self._commit_kv(cache, plan, stops, frozen)
+        if frozen:
+            sel = torch.tensor(frozen, device=self.device)
+            index, slots = rows[sel], pos[sel]
+            for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], scratch)):
+                cache.write_terminal(layer, index, slots, k, v)
+        kv_flops = self.flops.kv_projection * len(body.layers)
+        for i, r in enumerate(plan.rows):
+            work = decoding.works[r]
+            work.token_loops_executed += 1
+            work.token_layers_executed += len(body.layers)
+            work.flops_executed += self.flops.loops(1, plan.positions[i] + 1)
+            work.head_tokens += heads[i]
+            work.flops_executed += self.flops.head * heads[i] + kv_flops * (i in frozen)
+            if stops[i]:
+                cache.commit_token(r, plan.loops[i])
+        return stops
+
     @torch.no_grad()
     def decode(
         self,
@@ -433,28 +554,29 @@ class Engine:
         Records then name requests: ``row`` is the prefill's row for the first B requests,
         B, B+1, ... for the queued ones in order (their prompt positions are not yielded).
         """
-        cache = prefill.kept_cache()
+        cache = prefill.cache
+        if cache is None:
+            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
         if max_new_tokens <= 0:
             return
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
             raise ValueError("prefill reserve is smaller than max_new_tokens")
         sampler = sampler or Sampler()
         work = work if work is not None else Work()
-        b, n_loops, body = len(prefill.lengths), self.n_loops, self.body
-        state = _TokenState.create(
-            b, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
+        b = len(prefill.lengths)
+        settings = RowSettings(
+            self.rule, self.policy, self.n_loops, max_new_tokens, eos_token_id, self.seed
         )
-        trace = Trace.empty(n_loops, b, self.top_k, self.device) if self.tracing else None
+        decoding = self.decode_state(cache)
+        decoding.works = [work] * b  # one counter for the whole batch
+        scheduler = Scheduler(b)
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
         first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
-        tokens = [sampler(first[row], row) for row in range(b)]
-        generated, loop, computed = [1] * b, [1] * b, [0] * b
-        request = list(range(b))  # the request each row is serving
+        for row in range(b):
+            token = sampler(first[row], row)
+            scheduler.start(row, row, settings, token, cache.e_len[row])
+            self.start_token(decoding, row, token, settings)
         queued, next_request = iter(queue or ()), b
-        x = body.embed_tokens(torch.tensor(tokens, device=self.device))  # (B, H)
-        live = list(range(b))
-        for row in live:
-            self._start_token(work, cache.e_len[row])
 
         # The invariant of this loop, at every step, for every row r still running:
         #
@@ -474,49 +596,37 @@ class Engine:
         # * When the token goes on to loop t+1 its loop-t K/V moves to C[t]; when it stops,
         #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
         #   starts at loop 1 in the next step, whatever loop the other rows are at.
-        while live:
-            rows = torch.tensor(live, device=self.device)
-            pos = torch.tensor([cache.e_len[r] for r in live], device=self.device)
-            loops = [loop[r] for r in live]
-            plan = self._decode_plan(cache, live, pos, loops)
-            cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
-            h = self._run_layers(x[rows], cos, sin, self._cached_attend(cache, plan, rows, pos))
-            self._count(work, len(live), float((pos + 1).sum()))
-            t = torch.tensor(loops, device=self.device)
-            stop = self._finish_loop(t, rows, h, state, trace, work)
-            x[rows] = h
-            stops = stop.tolist()
-            self._commit_kv(cache, live, loops, stops, h, cos, sin, work)
-            finished = []
-            for i, r in enumerate(live):
-                computed[r] += 1
-                if not stops[i]:
-                    loop[r] += 1
-                    continue
-                position = cache.e_len[r]
-                cache.exit_loop[r, position] = loop[r]
-                cache.e_len[r] += 1
-                yield self._record(
-                    request[r], position, tokens[r], "generated", state, trace, r, computed[r]
-                )
-                if generated[r] >= max_new_tokens or tokens[r] == eos_token_id:
+        # T is each row's own loop cap, and its own policy decides what it sees.
+        while (plan := scheduler.plan()) is not None:
+            stops = self.run_step(plan, decoding)
+            for done in scheduler.advance(plan, stops):
+                yield self.decoded_record(decoding, done)
+                r = done.row
+                if done.finished:
                     prompt = next(queued, None)
                     if prompt is None:
-                        finished.append(r)
                         continue
-                    request[r], next_request = next_request, next_request + 1
                     logits = self._load_request(cache, r, prompt, max_new_tokens)
-                    tokens[r], generated[r] = sampler(logits, request[r]), 1
+                    token = sampler(logits, next_request)
+                    scheduler.start(r, next_request, settings, token, cache.e_len[r])
+                    next_request += 1
                 else:
-                    tokens[r] = sampler(state.out_logits[r], request[r])
-                    generated[r] += 1
-                loop[r], computed[r] = 1, 0
-                state.reset(r)
-                if trace is not None:
-                    trace.reset(r)
-                x[r] = body.embed_tokens.weight[tokens[r]]
-                self._start_token(work, cache.e_len[r])
-            live = [r for r in live if r not in finished]
+                    token = sampler(decoding.state.out_logits[r], done.key)
+                    scheduler.next_token(r, token)
+                self.start_token(decoding, r, token, settings)
+
+    def decoded_record(self, decoding: DecodeState, done: Done) -> TokenRecord:
+        """The record of a token that stopped in the last step."""
+        return self._record(
+            done.key,
+            done.position,
+            done.token,
+            "generated",
+            decoding.state,
+            decoding.trace,
+            done.row,
+            done.loops_computed,
+        )
 
     def _load_request(
         self, cache: DepthKVCache, row: int, prompt: list[int], max_new_tokens: int
@@ -532,111 +642,81 @@ class Engine:
         self.queued_prefill_work = self.queued_prefill_work + result.work
         self.queued_prefill_s += time.perf_counter() - start
         self.queued_prefill_cpu_s += time.process_time() - start_cpu
-        cache.load_row(row, result.kept_cache(), extra=max_new_tokens)
+        cache.load_row(row, result.cache, extra=max_new_tokens)
         return result.logits[0, len(prompt) - 1]
 
-    def _start_token(self, work: Work, position: int) -> None:
-        work.token_loops_full += self.n_loops
-        work.flops_full += self.flops.loops(1, position + 1) * self.n_loops
-        work.flops_full += self.flops.head * self.full_heads
-
     def _decode_plan(
-        self, cache: DepthKVCache, live: list[int], pos: Tensor, loops: list[int]
+        self,
+        cache: DepthKVCache,
+        plan: StepPlan,
+        pos: Tensor,
+        t: Tensor,
+        caps: Tensor,
+        rules: LoopRules,
     ) -> DecodePlan:
-        """Which terminal entries each row sees at its loop (its own slot included)."""
-        width = int(pos.max()) + 1
+        """Which terminal entries each row sees at its loop (its own slot included), under
+        its own policy and cap."""
+        width = max(plan.positions) + 1
         slots = torch.arange(width, device=self.device)
-        exit_loop = cache.exit_loop[torch.tensor(live, device=self.device), :width].long()
-        t = torch.tensor(loops, device=self.device)[:, None]
-        visible = self.policy.terminal_visible(exit_loop, t, self.n_loops)
+        exit_loop = cache.exit_loop[torch.tensor(plan.rows, device=self.device), :width].long()
+        visible = torch.zeros_like(exit_loop, dtype=torch.bool)  # (R, W)
+        for _, policy, index in rules.groups:
+            sel = slice(None) if index is None else index
+            visible[sel] = policy.terminal_visible(exit_loop[sel], t[sel, None], caps[sel, None])
         visible &= slots[None, :] < pos[:, None]
         visible |= slots[None, :] == pos[:, None]
-        c_lens = [cache.loop_len(u, r) for r, u in zip(live, loops, strict=True)]
-        plan = DecodePlan(
-            rows=live,
+        c_lens = [cache.loop_len(u, r) for r, u in zip(plan.rows, plan.loops, strict=True)]
+        attention = DecodePlan(
+            rows=plan.rows,
             batch=cache.batch,
             pos=pos,
-            loops=loops,
+            loops=plan.loops,
             visible=visible,
             c_lens=c_lens,
-            n_loops=self.n_loops,
+            n_loops=cache.n_loops,
             dtype=self.dtype,
         )
-        cache.note_scratch(plan.nbytes())
-        return plan
+        cache.note_scratch(attention.nbytes())
+        return attention
 
     def _cached_attend(
         self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor
     ) -> Callable[[int], Attend]:
-        def for_layer(index: int) -> Attend:
-            ek, ev = cache.e_k[index], cache.e_v[index]
-            stores = {
-                t: store
-                for t in set(plan.loops)
-                if t < self.n_loops and (store := cache.loops[t - 1]) is not None
-            }
+        stores = {t: cache.loops[t - 1] for t in set(plan.loops) if t < cache.n_loops}
 
+        def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
-                ek[rows, pos] = k  # its own loop-t K/V, into its terminal slot
-                ev[rows, pos] = v
-                return plan.attend(q[:, None], (ek, ev), stores, index)[:, 0]
+                cache.write_terminal(index, rows, pos, k, v)  # its own loop-t K/V
+                terminal = (cache.e_k[index], cache.e_v[index])
+                return plan.attend(q[:, None], terminal, stores, index)[:, 0]
 
             return attend
 
         return for_layer
 
     def _commit_kv(
-        self,
-        cache: DepthKVCache,
-        live: list[int],
-        loops: list[int],
-        stops: list[bool],
-        h: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        work: Work,
+        self, cache: DepthKVCache, plan: StepPlan, stops: list[bool], frozen: list[int]
     ) -> None:
         """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
-        stopping before the last loop) into the loop-t store; frozen projections in.
-        The moving entries of all layers are read out of the terminal slots in one gather."""
-        moving = [
-            i
-            for i, stop in enumerate(stops)
-            if not stop or (self.policy.frozen_terminal and loops[i] < self.n_loops)
-        ]
-        if moving:
-            index = torch.tensor([live[i] for i in moving], device=self.device)
-            slots = torch.tensor([cache.e_len[live[i]] for i in moving], device=self.device)
-            k, v = cache.e_k[:, index, slots], cache.e_v[:, index, slots]  # (L, M, nkv, d)
-            by_loop = sorted({loops[i] for i in moving})
-            for t in by_loop:
-                group = [j for j, i in enumerate(moving) if loops[i] == t]
-                rows = [live[moving[j]] for j in group]
-                if len(by_loop) == 1:
-                    cache.loop(t).append(rows, k, v)
-                else:
-                    sel = torch.tensor(group, device=self.device)
-                    cache.loop(t).append(rows, k[:, sel], v[:, sel])
-        frozen = [i for i in moving if stops[i]]
-        if frozen:
-            sel = torch.tensor(frozen, device=self.device)
-            index = torch.tensor([live[i] for i in frozen], device=self.device)
-            slots = torch.tensor([cache.e_len[live[i]] for i in frozen], device=self.device)
-            for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], work)):
-                cache.e_k[layer][index, slots] = k
-                cache.e_v[layer][index, slots] = v
+        stopping before their last loop) into the loop-t store. The moving entries of all
+        layers are read out of the terminal slots in one gather."""
+        moving = [i for i, stop in enumerate(stops) if not stop] + frozen
+        if not moving:
+            return
+        index = torch.tensor([plan.rows[i] for i in moving], device=self.device)
+        slots = torch.tensor([plan.positions[i] for i in moving], device=self.device)
+        k, v = cache.e_k[:, index, slots], cache.e_v[:, index, slots]  # (L, M, nkv, d)
+        by_loop = sorted({plan.loops[i] for i in moving})
+        for t in by_loop:
+            group = [j for j, i in enumerate(moving) if plan.loops[i] == t]
+            rows = [plan.rows[moving[j]] for j in group]
+            if len(by_loop) == 1:
+                cache.loop(t).append(rows, k, v)
+            else:
+                sel = torch.tensor(group, device=self.device)
+                cache.loop(t).append(rows, k[:, sel], v[:, sel])
 
-    def _record(
-        self,
-        row: int,
-        position: int,
-        token_id: int | Tensor,
-        phase: str,
-        state: _TokenState,
-        trace: Trace | None,
-        slot: int,
-        computed: int,
-    ) -> TokenRecord:
+    def _record(self, row, position, token_id, phase, state, trace, slot, computed) -> TokenRecord:
         loops = trace.record(slot, computed, self.top_k) if trace is not None else {}
         return TokenRecord(
             row=row,
@@ -650,8 +730,6 @@ class Engine:
 
     def prompt_records(self, prefill: PrefillResult) -> Iterator[TokenRecord]:
         """One record per prompt position of ``prefill``, in order, row by row."""
-        if prefill.state is None:
-            raise ValueError("this prefill kept no per-token state to report")
         s = prefill.ids.shape[1]
         for row, n in enumerate(prefill.lengths):
             for position in range(n):
@@ -665,6 +743,23 @@ class Engine:
                     row * s + position,
                     int(prefill.loops_computed[row, position]),
                 )
+
+
+def _plan_rules(plan: StepPlan, caps: Tensor) -> LoopRules:
+    """Each planned row's cap, and its rows grouped by (rule, policy)."""
+    groups: dict[tuple[ExitRule, KVPolicy], list[int]] = {}
+    for i, s in enumerate(plan.settings):
+        groups.setdefault((s.rule, s.policy), []).append(i)
+    if len(groups) == 1:
+        ((rule, policy),) = groups
+        return LoopRules(caps, [(rule, policy, None)])
+    return LoopRules(
+        caps,
+        [
+            (rule, policy, torch.tensor(index, device=caps.device))
+            for (rule, policy), index in groups.items()
+        ],
+    )
 
 
 def _right_aligned(

@@ -18,7 +18,7 @@ from typing import Any
 
 from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
-from kernels.engine import Engine, TokenRecord
+from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.rules import Convergence, ExitRule, Fixed, QExit, kv_policy
 from kernels.sampling import Sampler
 from kernels.work import FlopModel, Work
@@ -59,6 +59,9 @@ class GenerationParams:
         self.rule()
         Sampler(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         return self
+
+    def sampler(self) -> Sampler:
+        return Sampler(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
     def rule(self) -> ExitRule:
         if self.exit_rule == "q-exit":
@@ -112,8 +115,7 @@ class _Pieces:
     """Token texts that add up to the decoded text, even across multi-byte characters."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer, self.text = tokenizer, ""
-        self.ids: list[int] = []
+        self.tokenizer, self.ids, self.text = tokenizer, [], ""
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
@@ -137,6 +139,14 @@ def generate_stream(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> GenerationStream:
     """Run ``prompt_text`` through the engine and stream one event per position."""
+    prompt = encode_request(loaded, prompt_text, params)
+    stream = GenerationStream(iter(()))
+    stream._events = _events(loaded, prompt, params, should_stop, stream)
+    return stream
+
+
+def encode_request(loaded: LoadedModel, prompt_text: str, params: GenerationParams) -> list[int]:
+    """Validate a request and encode its prompt (ValueError naming the problem)."""
     params.validate()
     prompt = list(loaded.tokenizer.encode(prompt_text))
     if not prompt:
@@ -147,9 +157,130 @@ def generate_stream(
             f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
             f"exceeds the model's {limit} positions"
         )
-    stream = GenerationStream(iter(()))
-    stream._events = _events(loaded, prompt, params, should_stop, stream)
-    return stream
+    return prompt
+
+
+def request_engine(loaded: LoadedModel, params: GenerationParams, *, loops: int | None = None):
+    """The engine a request is prefilled (and, alone, decoded) by."""
+    return Engine(
+        loaded.model,
+        params.rule(),
+        params.kv_policy,
+        loops=loops or params.loops,
+        top_k=params.top_k,
+        trace=True,
+        seed=params.seed,
+    )
+
+
+def end_token(loaded: LoadedModel) -> int | None:
+    eos = getattr(loaded.tokenizer, "eos_token_id", None)
+    return eos if eos is not None else loaded.config.eos_token_id
+
+
+class RunReport:
+    """One run's events and summary from its engine records, alone or in a batch: the
+    work counters, texts and exits accumulate here, so both paths report alike."""
+
+    def __init__(self, loaded: LoadedModel, prompt: list[int], engine: Engine) -> None:
+        self.prompt, self.engine = prompt, engine
+        self.pieces, self.flops = _Pieces(loaded.tokenizer), FlopModel(loaded.config)
+        self.start = time.perf_counter()
+        self.exits: list[int] = []
+        self.prompt_work = Work()
+        self.first_token_s: float | None = None
+        self.decode_start = 0.0
+        self.n_generated = 0
+
+    def prompt_events(self, prefill: PrefillResult, top_k: int) -> Iterator[TokenEvent]:
+        """One event per prompt position, the work counters accumulated position by position."""
+        engine, flops = self.engine, self.flops
+        running = Work()
+        for record in engine.prompt_records(prefill):
+            keys = record.position + 1
+            running.token_loops_executed += record.loops_computed
+            running.token_loops_full += engine.n_loops
+            running.flops_executed += flops.loops(
+                record.loops_computed, keys * record.loops_computed
+            )
+            running.flops_executed += flops.head * record.loops_computed  # the logit lens
+            running.flops_full += flops.loops(engine.n_loops, keys * engine.n_loops)
+            running.flops_full += flops.head * engine.full_heads
+            self.exits.append(record.exit_loop)
+            yield self._event(record, running, prefill.cache, top_k)
+        self.prompt_work = prefill.work
+        self.decode_start = time.perf_counter()
+
+    def generated(
+        self, record: TokenRecord, work: Work, cache: DepthKVCache, top_k: int
+    ) -> TokenEvent:
+        """The event of a generated token; ``work`` is the run's decode work so far."""
+        self.n_generated += 1
+        self.exits.append(record.exit_loop)
+        self.first_token_s = self.first_token_s or time.perf_counter() - self.start
+        return self._event(record, self.prompt_work + work, cache, top_k)
+
+    def summary(self, work: Work, cache: DepthKVCache, stopped: str) -> dict[str, Any]:
+        decode_s = time.perf_counter() - self.decode_start
+        total, n = self.prompt_work + work, self.n_generated
+        generated_exits = self.exits[len(self.prompt) :]
+        return _json_safe(
+            {
+                "prompt_tokens": len(self.prompt),
+                "generated_tokens": n,
+                "average_exit_loop": sum(self.exits) / len(self.exits),
+                "average_exit_loop_generated": (
+                    sum(generated_exits) / len(generated_exits) if generated_exits else None
+                ),
+                "loops": self.engine.n_loops,
+                **total.to_dict(),
+                "executed_fraction": total.executed_fraction,
+                "tokens_per_s": n / decode_s if n and decode_s > 0 else None,
+                "time_to_first_token_s": self.first_token_s,
+                "elapsed_s": time.perf_counter() - self.start,
+                "kv_bytes": cache.live_bytes,
+                "peak_kv_bytes": cache.peak_bytes,
+                "kv_policy": self.engine.policy.name,
+                "exit_rule": self.engine.rule.name,
+                "stopped": stopped,
+            }
+        )
+
+    def _event(
+        self, record: TokenRecord, work: Work, cache: DepthKVCache | None, top_k: int
+    ) -> TokenEvent:
+        assert cache is not None
+        pieces = self.pieces
+        loops = [
+            {
+                "loop": t + 1,
+                "gate_lambda": record.gate_lambda[t],
+                "exit_p": record.exit_p[t],
+                "cumulative": record.cumulative[t],
+                "kl": record.kl[t],
+                "top": [(i, pieces.single(i), p) for i, p in record.top[t][:top_k]],
+            }
+            for t in range(record.loops_computed)
+        ]
+        counters = {
+            "token_loops_executed": work.token_loops_executed,
+            "token_loops_full": work.token_loops_full,
+            "flops_executed": work.flops_executed,
+            "flops_full": work.flops_full,
+            "kv_bytes": cache.live_bytes,
+            "peak_kv_bytes": cache.peak_bytes,
+        }
+        return TokenEvent(
+            position=record.position,
+            phase=record.phase,
+            token_id=record.token_id,
+            text=pieces.push(record.token_id),
+            exit_loop=record.exit_loop,
+            loops_computed=record.loops_computed,
+            loops=loops,
+            work=counters,
+            elapsed_s=time.perf_counter() - self.start,
+        )
 
 
 def _events(
@@ -159,110 +290,26 @@ def _events(
     should_stop: Callable[[], bool],
     stream: GenerationStream,
 ) -> Iterator[TokenEvent]:
-    engine = Engine(
-        loaded.model,
-        params.rule(),
-        params.kv_policy,
-        loops=params.loops,
-        top_k=params.top_k,
-        trace=True,
-    )
-    eos = getattr(loaded.tokenizer, "eos_token_id", None)
-    eos = eos if eos is not None else loaded.config.eos_token_id
-    pieces, flops = _Pieces(loaded.tokenizer), FlopModel(loaded.config)
-    start = time.perf_counter()
+    engine = request_engine(loaded, params)
+    eos = end_token(loaded)
+    report = RunReport(loaded, prompt, engine)
     prefill = engine.prefill([prompt], reserve=params.max_new_tokens)
-    cache = prefill.kept_cache()
+    cache = prefill.cache
+    assert cache is not None
+    yield from report.prompt_events(prefill, params.top_k)
     work = Work()
-    running = Work()  # prompt counters, accumulated position by position
-    exits: list[int] = []
-    for record in engine.prompt_records(prefill):
-        keys = record.position + 1
-        running.token_loops_executed += record.loops_computed
-        running.token_loops_full += engine.n_loops
-        running.flops_executed += flops.loops(record.loops_computed, keys * record.loops_computed)
-        running.flops_executed += flops.head * record.loops_computed  # the logit lens
-        running.flops_full += flops.loops(engine.n_loops, keys * engine.n_loops)
-        running.flops_full += flops.head * engine.full_heads
-        exits.append(record.exit_loop)
-        yield _event(record, pieces, running, cache, start)
-    prompt_work = prefill.work
-    first_token_s = None
     stopped = "max_new_tokens"
-    decode_start = time.perf_counter()
-    n_generated = 0
     for record in engine.decode(
         prefill,
         max_new_tokens=params.max_new_tokens,
-        sampler=Sampler(temperature=params.temperature, top_p=params.top_p, seed=params.seed),
+        sampler=params.sampler(),
         eos_token_id=eos,
         work=work,
     ):
-        n_generated += 1
-        exits.append(record.exit_loop)
-        first_token_s = first_token_s or time.perf_counter() - start
-        yield _event(record, pieces, prompt_work + work, cache, start)
+        yield report.generated(record, work, cache, params.top_k)
         if record.token_id == eos:
             stopped = "eos"
         if should_stop():
             stopped = "stopped"
             break
-    decode_s = time.perf_counter() - decode_start
-    total = prompt_work + work
-    generated_exits = exits[len(prompt) :]
-    stream.summary = _json_safe(
-        {
-            "prompt_tokens": len(prompt),
-            "generated_tokens": n_generated,
-            "average_exit_loop": sum(exits) / len(exits),
-            "average_exit_loop_generated": (
-                sum(generated_exits) / len(generated_exits) if generated_exits else None
-            ),
-            "loops": engine.n_loops,
-            **total.to_dict(),
-            "executed_fraction": total.executed_fraction,
-            "tokens_per_s": n_generated / decode_s if n_generated and decode_s > 0 else None,
-            "time_to_first_token_s": first_token_s,
-            "elapsed_s": time.perf_counter() - start,
-            "kv_bytes": cache.live_bytes,
-            "peak_kv_bytes": cache.peak_bytes,
-            "kv_policy": engine.policy.name,
-            "exit_rule": engine.rule.name,
-            "stopped": stopped,
-        }
-    )
-
-
-def _event(
-    record: TokenRecord, pieces: _Pieces, work: Work, cache: DepthKVCache, start: float
-) -> TokenEvent:
-    loops = [
-        {
-            "loop": t + 1,
-            "gate_lambda": record.gate_lambda[t],
-            "exit_p": record.exit_p[t],
-            "cumulative": record.cumulative[t],
-            "kl": record.kl[t],
-            "top": [(i, pieces.single(i), p) for i, p in record.top[t]],
-        }
-        for t in range(record.loops_computed)
-    ]
-    counters = {
-        "token_loops_executed": work.token_loops_executed,
-        "token_loops_full": work.token_loops_full,
-        "flops_executed": work.flops_executed,
-        "flops_full": work.flops_full,
-        "kv_bytes": cache.live_bytes,
-        "peak_kv_bytes": cache.peak_bytes,
-    }
-    return TokenEvent(
-        position=record.position,
-        phase=record.phase,
-        token_id=record.token_id,
-        text=pieces.push(record.token_id),
-        exit_loop=record.exit_loop,
-        loops_computed=record.loops_computed,
-        loops=loops,
-        work=counters,
-        elapsed_s=time.perf_counter() - start,
-    )
+    stream.summary = report.summary(work, cache, stopped)

@@ -1,6 +1,6 @@
 """How a worker records a run as it generates: events stored and published in order
 (never a position twice), and between tokens a heartbeat and the stop check. Used by
-``services.run_execute``.
+``workers.execution.run_execute``.
 
 Per-token costs are bounded by time, not paid per token: events are written and
 published in batches at most FLUSH_EVERY_S apart (a model slower than that gets each

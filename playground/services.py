@@ -1,7 +1,8 @@
-"""Everything that writes runs: submit, cancel, execute (in the worker) and fail.
+"""Everything the web side writes of runs: submit, cancel and fail.
 
 A run's life: ``run_submit`` validates and creates it ``queued`` and enqueues the Celery
-task once the transaction commits; the worker's ``run_execute`` claims it (``running``),
+task once the transaction commits; the worker's ``workers.execution.run_execute`` claims
+it (``running``),
 streams the engine's events into ``RunToken`` rows and the run's Redis stream, and ends it
 ``done``, ``cancelled`` or ``failed``. A worker that dies leaves a stale heartbeat:
 ``run_fail_stale`` (run by viewers, submits and every worker at startup) marks such runs
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +23,6 @@ from django.utils import timezone
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
-from playground.recording import RunControl, TokenWriter
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +170,7 @@ def run_cancel(*, run: Run) -> Run:
     )
     run.refresh_from_db()
     if updated:
-        _publish_end(run)
+        run_end_publish(run)
     return run
 
 
@@ -188,7 +187,7 @@ def _fail(runs, *, run_id: uuid.UUID | str, reason: str) -> bool:
     updated = runs.update(status=Run.Status.FAILED, error=reason, finished_at=timezone.now())
     if updated:
         logger.warning("run %s failed: %s", run_id, reason)
-        _publish_end(Run.objects.get(pk=run_id))
+        run_end_publish(Run.objects.get(pk=run_id))
     return bool(updated)
 
 
@@ -227,122 +226,6 @@ def run_fail_orphans(*, worker: str) -> list[uuid.UUID]:
     return failed
 
 
-@dataclass
-class Claim:
-    run: Run | None  # the run to generate; None: skip the message
-    reason: str = ""
-    ended: Run | None = None  # a run the claim itself ended, whose end is to publish
-
-
-@transaction.atomic
-def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
-    """Take a queued run for this worker; anything else is a redelivery to skip.
-
-    A run found ``running`` was started by an attempt that did not finish (its worker
-    died, and the broker redelivered the message): it is failed rather than restarted,
-    since what killed that worker may kill this one.
-    """
-    run = Run.objects.select_for_update().filter(pk=run_id).first()
-    if run is None:
-        return Claim(None, "no such run")
-    if run.finished:
-        return Claim(None, f"already {run.status}")
-    now = timezone.now()
-    if run.status == Run.Status.RUNNING:
-        if not selectors.run_is_stale(run=run) and run.worker != worker:
-            return Claim(None, f"running on {run.worker}")
-        run.status, run.finished_at = Run.Status.FAILED, now
-        run.error = f"its worker ({run.worker or 'unknown'}) was lost mid-run"
-        run.save(update_fields=["status", "finished_at", "error"])
-        return Claim(None, "an earlier attempt was lost", ended=run)
-    if run.cancel_requested:
-        run.status, run.finished_at = Run.Status.CANCELLED, now
-        run.save(update_fields=["status", "finished_at"])
-        return Claim(None, "cancelled before it started", ended=run)
-    run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, now, now
-    run.worker, run.attempts = worker, run.attempts + 1
-    run.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "attempts"])
-    return Claim(run)
-
-
-def generation_params(run: Run):
-    """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
-    from kernels.stream import GenerationParams
-
-    values = {key: value for key, value in run.params.items() if key != "extrapolate"}
-    return GenerationParams(**values).validate()
-
-
-def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
-    """Generate the run in this process (the worker's task body); idempotent.
-
-    Returns the finished run, or None when the message was a redelivery to skip.
-    """
-    from kernels.stream import generate_stream
-    from workers.resident import resident_model
-
-    claim = run_claim(run_id=run_id, worker=worker)
-    if claim.run is None:
-        logger.info("run %s skipped: %s", run_id, claim.reason)
-        if claim.ended is not None:
-            _publish_end(claim.ended)
-        return None
-    run = claim.run
-    writer, control = TokenWriter(run), RunControl(run)
-    try:
-        model = model_get(name=run.model)
-        if model is None or not model.available:
-            raise ModelUnavailable(model.problem if model else f"no model named {run.model!r}")
-        params = generation_params(run)
-        loaded = resident_model(model.path)
-        control.beat(force=True)
-        stream = generate_stream(loaded, run.prompt, params, should_stop=control.should_stop)
-        for event in stream:
-            writer.add(event.to_dict())
-            if event.phase == RunToken.Phase.PROMPT:
-                control.beat()
-        writer.flush()
-    except Exception as exc:  # the run records why it failed; the worker goes on
-        if not isinstance(exc, ValueError | ModelUnavailable):
-            logger.exception("run %s failed", run.id)
-        try:
-            writer.flush()  # what was generated before the failure stays viewable
-        except Exception:
-            logger.exception("run %s: could not store its last tokens", run.id)
-        _finish_failed(run, exc, writer.last_position)
-        return run
-    return _finish(run, stream.summary or {}, control.stop_reason, writer.last_position)
-
-
-def _finish(run: Run, stats: dict, stop_reason: str, last_position: int) -> Run:
-    if stop_reason and stop_reason != Run.Status.CANCELLED:
-        run.refresh_from_db()  # failed meanwhile: that outcome stands
-        return run
-    status = Run.Status.CANCELLED if stop_reason else Run.Status.DONE
-    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
-        status=status, stats=stats, finished_at=timezone.now(), heartbeat_at=timezone.now()
-    )
-    run.refresh_from_db()
-    _publish_end(run, last_position=last_position)
-    return run
-
-
-def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    if isinstance(exc, SoftTimeLimitExceeded):
-        reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
-    elif isinstance(exc, ValueError | ModelUnavailable):
-        reason = str(exc)
-    else:
-        reason = f"the worker hit an error: {type(exc).__name__}: {exc}"
-    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
-        status=Run.Status.FAILED, error=reason, finished_at=timezone.now()
-    )
-    run.refresh_from_db()
-    _publish_end(run, last_position=last_position)
-
-
 def run_end_event(run: Run) -> tuple[str, dict]:
     """The final SSE event of a finished run: ``done`` or ``error`` with its payload."""
     if run.status == Run.Status.FAILED:
@@ -350,7 +233,8 @@ def run_end_event(run: Run) -> tuple[str, dict]:
     return "done", {"status": run.status, "stats": run.stats, "error": run.error}
 
 
-def _publish_end(run: Run, last_position: int | None = None) -> None:
+def run_end_publish(run: Run, last_position: int | None = None) -> None:
+    """Publish a finished run's end event to its stream (no-op in embedded mode)."""
     if not streams.publishing():
         return
     if last_position is None:

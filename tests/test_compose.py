@@ -67,7 +67,7 @@ def test_each_command_names_a_real_entry_point(name):
         pytest.fail(f"{name} runs {program!r}, which this test does not know")
 
 
-def test_the_worker_takes_the_gpu_queue_one_task_at_a_time_on_a_reserved_gpu():
+def test_the_worker_takes_the_gpu_queue_with_one_thread_per_batch_row_on_a_reserved_gpu():
     # given
     worker = SERVICES["worker"]
     command = worker["command"]
@@ -75,7 +75,8 @@ def test_the_worker_takes_the_gpu_queue_one_task_at_a_time_on_a_reserved_gpu():
     # then
     assert command[command.index("-Q") + 1] == "gpu"
     assert command[command.index("--prefetch-multiplier") + 1] == "1"
-    assert command[command.index("--concurrency") + 1] == "1"
+    assert command[command.index("--pool") + 1] == "threads"  # task threads share one batch
+    assert command[command.index("--concurrency") + 1] == "8"  # PLAYGROUND_BATCH's default
     devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
 

@@ -2,19 +2,24 @@
 
 ``run_generate`` runs on queue ``gpu`` (``CELERY_TASK_ROUTES``), acknowledged late with
 prefetch 1 (settings), under soft and hard time limits. It is idempotent: a redelivered
-message finds the run already claimed or finished and does nothing (see ``run_claim``).
+message finds the run already claimed or finished and does nothing (see
+``workers.execution.run_claim``). The worker runs ``--pool threads`` with
+``PLAYGROUND_BATCH`` threads: each task hands its run to the process's batch
+(``workers.batching``) and blocks until the run ends.
 """
 
 import logging
 import socket
-from typing import Any
 
-from celery import Task, shared_task
+from celery import shared_task
 from celery.exceptions import TimeLimitExceeded
-from celery.signals import task_failure, worker_process_init, worker_ready
+from celery.signals import task_failure, worker_init, worker_ready
 from django.conf import settings
 
 from playground import services
+from playground.checkpoints import model_catalog
+from workers import execution
+from workers.resident import resident_model
 
 logger = logging.getLogger(__name__)
 
@@ -26,19 +31,13 @@ logger = logging.getLogger(__name__)
     time_limit=settings.PLAYGROUND_HARD_TIME_LIMIT_S,
     bind=True,
 )
-def run_generate(self: Task[Any, Any], run_id: str) -> None:
+def run_generate(self, run_id: str) -> None:
     worker = (self.request.hostname if self.request else "") or socket.gethostname()
-    services.run_execute(run_id=run_id, worker=worker)
+    execution.run_execute(run_id=run_id, worker=worker)
 
 
 @task_failure.connect
-def _run_generate_failed(
-    sender: object = None,
-    task_id: str | None = None,
-    exception: BaseException | None = None,
-    args: list[Any] | tuple[Any, ...] | None = None,
-    **kwargs: Any,
-) -> None:
+def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, **kwargs):
     """The task died outside the service's own handling (a killed pool process, the hard
     time limit): the run records the reason instead of staying ``running``."""
     if getattr(sender, "name", None) != run_generate.name:
@@ -53,8 +52,8 @@ def _run_generate_failed(
     services.run_fail(run_id=run_id, reason=reason)
 
 
-@worker_process_init.connect
-def _worker_process_init(**kwargs: Any) -> None:
+@worker_init.connect
+def _worker_init(**kwargs):
     """Each pool process pins torch's intra-op threads before it loads a model."""
     import torch
 
@@ -63,9 +62,9 @@ def _worker_process_init(**kwargs: Any) -> None:
 
 
 @worker_ready.connect
-def _worker_ready(sender: object = None, **kwargs: Any) -> None:
+def _worker_ready(sender=None, **kwargs):
     """Runs left ``running`` by an earlier process under this worker's name are dead;
-    so are runs anywhere whose heartbeat went stale."""
+    so are runs anywhere whose heartbeat went stale. Then the models are made resident."""
     hostname = getattr(sender, "hostname", "")
     try:
         if hostname:
@@ -73,3 +72,12 @@ def _worker_ready(sender: object = None, **kwargs: Any) -> None:
         services.run_fail_stale()
     except Exception:  # the sweep must never keep a worker from starting
         logger.exception("startup sweep of stale runs failed")
+    # Load the models before taking runs: a cold torch import and load take seconds on a
+    # busy CPU, which the first run (and its heartbeat) would otherwise wait through.
+    for model in model_catalog():
+        if not model.available:
+            continue
+        try:
+            resident_model(model.path)
+        except Exception:  # a broken checkpoint fails its runs with the reason, later
+            logger.exception("could not preload model %s", model.name)

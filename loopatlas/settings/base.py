@@ -289,6 +289,9 @@ PLAYGROUND_STREAM_TTL_S = env_int("PLAYGROUND_STREAM_TTL_S", 3600)
 # CPU worker that shares its cores with the web server, or with other workers, runs faster
 # on one: a second thread that loses its core stalls every barrier.
 PLAYGROUND_TORCH_THREADS = env_int("PLAYGROUND_TORCH_THREADS", 1)
+# Runs one worker process decodes together in one batch per model (workers.batching); the
+# worker runs as many task threads (``--pool threads --concurrency`` the same number).
+PLAYGROUND_BATCH = env_int("PLAYGROUND_BATCH", 8)
 # Pause after each generated token (seconds; 0 = none): slows demos and lets tests catch
 # a run mid-flight.
 PLAYGROUND_TOKEN_DELAY_S = float(env_str("PLAYGROUND_TOKEN_DELAY_S", "0") or 0)

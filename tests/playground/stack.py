@@ -1,5 +1,6 @@
 """A real playground stack in subprocesses, as deployed: uvicorn serving the ASGI app and
-a Celery worker (prefork, one process) on queue ``gpu``, sharing a database and a broker.
+a Celery worker (one process; its task threads share one batch) on queue ``gpu``, sharing
+a database and a broker.
 
 Used by the end-to-end tests of both modes: the full stack (Redis broker and streams)
 and the embedded one (a SQLite broker file, events through the database).
@@ -61,6 +62,7 @@ class Stack:
             "PLAYGROUND_TOKEN_DELAY_S": "0.02",  # a floor under each token: runs last a while
             "PLAYGROUND_STALE_AFTER_S": "6",
             "PLAYGROUND_SSE_HEARTBEAT_S": "1",
+            "PLAYGROUND_BATCH": "4",  # as many rows as the worker has task threads
         }
         if redis_url:
             self.env["REDIS_URL"] = redis_url
@@ -108,8 +110,10 @@ class Stack:
                 "worker",
                 "-Q",
                 "gpu",
+                "--pool",
+                "threads",
                 "--concurrency",
-                "1",
+                self.env["PLAYGROUND_BATCH"],
                 "--prefetch-multiplier",
                 "1",
                 "-n",
@@ -159,12 +163,6 @@ class Stack:
         self.start_worker()
         self.start_web()
         return self
-
-    def worker_pool_pids(self) -> list[int]:
-        """The worker's pool (child) processes, where the tasks run."""
-        assert self.worker is not None
-        children = Path(f"/proc/{self.worker.pid}/task/{self.worker.pid}/children")
-        return [int(pid) for pid in children.read_text().split()]
 
     def kill_worker(self) -> None:
         """SIGKILL the worker's whole process group: no handler, no cleanup."""

@@ -139,42 +139,46 @@ def _wait_for_generated(live, run, count: int = 2) -> None:
                 return
 
 
-def test_a_killed_pool_process_fails_the_run_with_the_reason(live):
-    # given: a run in the middle of its generation
-    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
-    _wait_for_generated(live, run)
-
-    # when: the process running it is killed (out of memory, say)
-    for pid in live.worker_pool_pids():
-        import os
-        import signal
-
-        os.kill(pid, signal.SIGKILL)
-    _, _, end = read_run(live, run)
-
-    # then
-    assert end["event"] == "error"
-    assert end["data"]["status"] == "failed"
-    assert "lost" in end["data"]["error"]
-    body = live.get(run["api_url"]).json()
-    assert body["status"] == "failed" and "lost" in body["error"]
-
-
-def test_a_killed_worker_leaves_its_run_failed_not_running(live):
-    # given: a run in the middle of its generation
-    run = live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
-    _wait_for_generated(live, run)
+def test_a_worker_killed_mid_batch_leaves_every_run_failed_not_running(live):
+    # given: three runs decoding together in the worker's batch
+    runs = [
+        live.submit(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256, q=q)
+        for q in (0.5, 0.7, 1.0)
+    ]
+    for run in runs:
+        _wait_for_generated(live, run)
 
     # when: the whole worker dies at once (SIGKILL, no handler runs)
     live.kill_worker()
     started = time.monotonic()
-    _, _, end = read_run(live, run)
+    ends = [read_run(live, run)[2] for run in runs]
 
-    # then: once its heartbeat is stale, the viewer's sweep fails it with the reason
+    # then: once their heartbeats are stale, the viewers' sweep fails each with the reason
     try:
-        assert end["event"] == "error"
-        assert "stopped responding" in end["data"]["error"]
+        for run, end in zip(runs, ends, strict=True):
+            assert end["event"] == "error"
+            assert "stopped responding" in end["data"]["error"]
+            assert live.get(run["api_url"]).json()["status"] == "failed"
         assert time.monotonic() - started < 30
-        assert live.get(run["api_url"]).json()["status"] == "failed"
     finally:
         live.start_worker()
+
+
+def test_runs_submitted_together_stream_what_they_stream_alone(live, direct_events):
+    # given: four runs on different settings, submitted at once (one batch)
+    settings_ = [
+        {"max_new_tokens": 12, "q": 0.6},
+        {"max_new_tokens": 9, "exit_rule": "fixed", "fixed_loops": 2},
+        {"max_new_tokens": 10, "temperature": 0.8, "seed": 4, "q": 0.8},
+        {"max_new_tokens": 7, "kv_policy": "recompute-kv", "q": 0.5},
+    ]
+    runs = [live.submit(prompt=PROMPT, model="ouro-tiny", **params) for params in settings_]
+
+    # when
+    with ThreadPoolExecutor(len(runs)) as pool:
+        results = list(pool.map(lambda run: read_run(live, run), runs))
+
+    # then
+    for params, (_, streamed, end) in zip(settings_, results, strict=True):
+        assert end["data"]["status"] == "done"
+        assert token_view(streamed) == token_view(direct_events(PROMPT, **params))

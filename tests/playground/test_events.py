@@ -224,7 +224,7 @@ def test_live_events_come_from_the_redis_stream_after_the_stored_ones(full_stack
             await pooled(store)(run, position)
             streams.publish_tokens(run_id=run.id, events=[make_event(position)])
         await pooled(Run.objects.filter(pk=run.pk).update)(status="done", stats={"x": 1})
-        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
+        await pooled(services.run_end_publish)(await pooled(Run.objects.get)(pk=run.pk))
 
     # when
     events = read(run, during=worker)
@@ -286,7 +286,7 @@ def test_a_position_missing_from_the_stream_is_read_from_the_store(full_stack, r
         await pooled(store)(run, 3)
         streams.publish_tokens(run_id=run.id, events=[make_event(3)])
         await pooled(Run.objects.filter(pk=run.pk).update)(status="done")
-        await pooled(services._publish_end)(await pooled(Run.objects.get)(pk=run.pk))
+        await pooled(services.run_end_publish)(await pooled(Run.objects.get)(pk=run.pk))
 
     # when
     events = read(run, during=worker)

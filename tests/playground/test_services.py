@@ -10,6 +10,7 @@ from playground.models import Run, RunToken
 from playground.recording import event_storable
 from tests.playground.conftest import PROMPT
 from tests.playground.stack import token_view
+from workers import execution
 
 # -- submit
 
@@ -185,7 +186,7 @@ def test_execute_stores_what_the_engine_generates(direct_events):
     run = _submitted(max_new_tokens=12, seed=5, temperature=0.9)
 
     # when
-    finished = services.run_execute(run_id=run.id, worker="w@host")
+    finished = execution.run_execute(run_id=run.id, worker="w@host")
     assert finished is not None
 
     # then
@@ -203,11 +204,11 @@ def test_execute_stores_what_the_engine_generates(direct_events):
 def test_execute_is_a_no_op_for_a_run_already_finished():
     # given
     run = _submitted(max_new_tokens=4)
-    services.run_execute(run_id=run.id, worker="w@host")
+    execution.run_execute(run_id=run.id, worker="w@host")
     count = RunToken.objects.count()
 
     # when: the broker delivers the message again
-    again = services.run_execute(run_id=run.id, worker="w@host")
+    again = execution.run_execute(run_id=run.id, worker="w@host")
 
     # then
     assert again is None
@@ -223,7 +224,7 @@ def test_execute_never_stores_a_position_twice(direct_events):
         RunToken.from_event(run, event).save()
 
     # when
-    services.run_execute(run_id=run.id, worker="w@host")
+    execution.run_execute(run_id=run.id, worker="w@host")
 
     # then
     stored = [token.data for token in RunToken.objects.filter(run=run)]
@@ -238,7 +239,7 @@ def test_a_redelivered_run_whose_worker_died_is_failed_not_restarted(settings):
     Run.objects.filter(pk=run.pk).update(status="running", heartbeat_at=stale, worker="old")
 
     # when
-    result = services.run_execute(run_id=run.id, worker="new")
+    result = execution.run_execute(run_id=run.id, worker="new")
 
     # then
     run.refresh_from_db()
@@ -255,7 +256,7 @@ def test_a_run_running_elsewhere_is_left_to_its_worker():
     )
 
     # when
-    result = services.run_execute(run_id=run.id, worker="this")
+    result = execution.run_execute(run_id=run.id, worker="this")
 
     # then
     run.refresh_from_db()
@@ -269,7 +270,7 @@ def test_a_run_cancelled_while_queued_never_starts():
     Run.objects.filter(pk=run.pk).update(cancel_requested=True)
 
     # when
-    services.run_execute(run_id=run.id, worker="w")
+    execution.run_execute(run_id=run.id, worker="w")
 
     # then
     run.refresh_from_db()
@@ -285,7 +286,7 @@ def stop_checked_every_token(monkeypatch):
 def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token):
     # given: cancelled as soon as the third generated token is stored
     run = _submitted(max_new_tokens=64)
-    add = services.TokenWriter.add
+    add = recording.TokenWriter.add
 
     def add_then_cancel(writer, event):
         add(writer, event)
@@ -293,8 +294,8 @@ def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token)
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
 
     # when
-    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
-        finished = services.run_execute(run_id=run.id, worker="w")
+    with mock.patch.object(recording.TokenWriter, "add", add_then_cancel):
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then
@@ -307,7 +308,7 @@ def test_cancel_stops_the_run_between_generated_tokens(stop_checked_every_token)
 def test_a_run_failed_meanwhile_stays_failed(stop_checked_every_token):
     # given: the sweep fails the run while its worker is still generating
     run = _submitted(max_new_tokens=32)
-    add = services.TokenWriter.add
+    add = recording.TokenWriter.add
 
     def add_then_fail(writer, event):
         add(writer, event)
@@ -315,8 +316,8 @@ def test_a_run_failed_meanwhile_stays_failed(stop_checked_every_token):
             services.run_fail(run_id=run.id, reason="swept")
 
     # when
-    with mock.patch.object(services.TokenWriter, "add", add_then_fail):
-        finished = services.run_execute(run_id=run.id, worker="w")
+    with mock.patch.object(recording.TokenWriter, "add", add_then_fail):
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then
@@ -331,7 +332,7 @@ def test_a_model_gone_since_submit_fails_the_run_with_the_reason(settings, tmp_p
     settings.PLAYGROUND_MODELS = {"ouro-tiny": tmp_path / "gone"}
 
     # when
-    finished = services.run_execute(run_id=run.id, worker="w")
+    finished = execution.run_execute(run_id=run.id, worker="w")
     assert finished is not None
 
     # then
@@ -344,8 +345,8 @@ def test_an_engine_error_fails_the_run_with_the_reason():
     run = _submitted()
 
     # when
-    with mock.patch("kernels.stream.generate_stream", side_effect=RuntimeError("CUDA OOM")):
-        finished = services.run_execute(run_id=run.id, worker="w")
+    with mock.patch("workers.batching.batch_submit", side_effect=RuntimeError("CUDA OOM")):
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then
@@ -357,7 +358,7 @@ def test_an_engine_error_fails_the_run_with_the_reason():
 def test_cancel_is_checked_at_most_every_few_tens_of_milliseconds():
     # given: a cancel requested before the first generated token
     run = _submitted(max_new_tokens=64)
-    add = services.TokenWriter.add
+    add = recording.TokenWriter.add
 
     def add_then_cancel(writer, event):
         add(writer, event)
@@ -365,8 +366,8 @@ def test_cancel_is_checked_at_most_every_few_tens_of_milliseconds():
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
 
     # when
-    with mock.patch.object(services.TokenWriter, "add", add_then_cancel):
-        finished = services.run_execute(run_id=run.id, worker="w")
+    with mock.patch.object(recording.TokenWriter, "add", add_then_cancel):
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then: the first check, after the first generated token, stops it
@@ -381,9 +382,9 @@ def test_a_run_whose_tokens_cannot_be_stored_still_ends_failed():
 
     # when
     with mock.patch.object(
-        services.TokenWriter, "flush", side_effect=RuntimeError("database is down")
+        recording.TokenWriter, "flush", side_effect=RuntimeError("database is down")
     ):
-        finished = services.run_execute(run_id=run.id, worker="w")
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then
@@ -398,8 +399,8 @@ def test_the_soft_time_limit_fails_the_run_with_the_reason(settings):
     run = _submitted()
 
     # when
-    with mock.patch("kernels.stream.generate_stream", side_effect=SoftTimeLimitExceeded()):
-        finished = services.run_execute(run_id=run.id, worker="w")
+    with mock.patch("workers.batching.batch_submit", side_effect=SoftTimeLimitExceeded()):
+        finished = execution.run_execute(run_id=run.id, worker="w")
         assert finished is not None
 
     # then

@@ -95,7 +95,7 @@ def test_a_pool_process_pins_torch_threads(settings):
     settings.PLAYGROUND_TORCH_THREADS = before + 1
     try:
         # when a pool process starts
-        tasks._worker_process_init()
+        tasks._worker_init()
 
         # then torch runs on the configured threads
         assert torch.get_num_threads() == before + 1

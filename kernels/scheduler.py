@@ -1,0 +1,152 @@
+"""The decode scheduler: plain-Python state per batch row, one small plan per step.
+
+Like vLLM's Scheduler next to its ModelRunner, this module decides and the engine's step
+runner (:meth:`kernels.engine.Engine.run_step`) computes. A row of the decode batch serves
+one request: which token it is computing, at which loop, how many tokens it has sampled,
+and the request's own settings (exit rule, KV policy, loop cap, token budget, end token).
+Each step:
+
+1. :meth:`Scheduler.plan` names every row with a token to compute, each at its own loop
+   (depth-pipelined: rows sit at different loops, since the layers are shared by all);
+2. the step runner computes that loop for those rows and says which tokens stop;
+3. :meth:`Scheduler.advance` moves a going-on token to its next loop and reports a
+   stopping one as :class:`Done`; the caller samples the row's next token and gives it
+   back with :meth:`Scheduler.next_token` (it starts at loop 1 in the next step), or the
+   row is free once its request has finished.
+
+Rows join (:meth:`Scheduler.start`) and leave (:meth:`Scheduler.cancel`) between steps.
+Nothing here holds a tensor, so the bookkeeping reads as Python and the runner stays
+tensors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from kernels.rules import ExitRule, KVPolicy
+
+
+@dataclass(frozen=True)
+class RowSettings:
+    """One request's decode settings, fixed while it is in the batch."""
+
+    rule: ExitRule
+    policy: KVPolicy
+    n_loops: int  # the loop cap T of its tokens
+    max_new_tokens: int
+    eos_token_id: int | None = None
+    seed: int = 0  # what exit rules see (reproducible per-token draws)
+
+
+@dataclass
+class RowState:
+    """A row's request and its current token."""
+
+    key: Hashable  # the request this row serves
+    settings: RowSettings
+    token: int  # the token being computed
+    position: int  # its position: the cache slot it takes when it stops
+    loop: int = 1  # the loop it computes in the next step
+    computed: int = 0  # loops computed for this token so far
+    generated: int = 1  # tokens sampled so far, this one included
+    waiting: bool = False  # its token stopped; the next one is not sampled yet
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step computes: for each planned row, its token's loop, cap and position."""
+
+    rows: list[int]
+    loops: list[int]
+    caps: list[int]
+    positions: list[int]
+    settings: list[RowSettings]
+
+
+@dataclass(frozen=True)
+class Done:
+    """A token that stopped computing in this step (its exit loop is the runner's)."""
+
+    row: int
+    key: Hashable
+    position: int
+    token: int
+    loops_computed: int
+    finished: bool  # the request has no token to come (budget spent or end token)
+
+
+class Scheduler:
+    """Up to ``max_rows`` rows, each serving one request at a time."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.rows: list[RowState | None] = [None] * max_rows
+
+    def free_row(self) -> int | None:
+        return next((r for r, row in enumerate(self.rows) if row is None), None)
+
+    def row_of(self, key: Hashable) -> int | None:
+        return next((r for r, row in enumerate(self.rows) if row and row.key == key), None)
+
+    @property
+    def busy(self) -> bool:
+        return any(row is not None for row in self.rows)
+
+    def start(
+        self, row: int, key: Hashable, settings: RowSettings, token: int, position: int
+    ) -> None:
+        """Request ``key`` takes the free ``row``; its first sampled token is ``token``."""
+        held = self.rows[row]
+        if held is not None:
+            raise ValueError(f"row {row} is serving request {held.key!r}")
+        self.rows[row] = RowState(key=key, settings=settings, token=token, position=position)
+
+    def cancel(self, key: Hashable) -> int | None:
+        """Request ``key`` leaves; returns the row it freed (None if it was not here)."""
+        row = self.row_of(key)
+        if row is not None:
+            self.rows[row] = None
+        return row
+
+    def plan(self) -> StepPlan | None:
+        """The next step's work, or None when no row has a token to compute."""
+        live = [(r, row) for r, row in enumerate(self.rows) if row and not row.waiting]
+        if not live:
+            return None
+        return StepPlan(
+            rows=[r for r, _ in live],
+            loops=[row.loop for _, row in live],
+            caps=[row.settings.n_loops for _, row in live],
+            positions=[row.position for _, row in live],
+            settings=[row.settings for _, row in live],
+        )
+
+    def advance(self, plan: StepPlan, stops: list[bool]) -> list[Done]:
+        """Apply a step's stops (one per planned row); returns the tokens that stopped.
+
+        A finished request's row is freed; any other stopped row waits for
+        :meth:`next_token`."""
+        done = []
+        for r, stop in zip(plan.rows, stops, strict=True):
+            row = self.rows[r]
+            assert row is not None
+            row.computed += 1
+            if not stop:
+                row.loop += 1
+                continue
+            s = row.settings
+            finished = row.generated >= s.max_new_tokens or row.token == s.eos_token_id
+            done.append(Done(r, row.key, row.position, row.token, row.computed, finished))
+            if finished:
+                self.rows[r] = None
+            else:
+                row.waiting = True
+        return done
+
+    def next_token(self, row: int, token: int) -> None:
+        """The waiting ``row``'s next token, sampled from its last token's logits."""
+        state = self.rows[row]
+        assert state is not None and state.waiting, f"row {row} is not waiting for a token"
+        state.token, state.position = token, state.position + 1
+        state.loop, state.computed, state.generated = 1, 0, state.generated + 1
+        state.waiting = False

@@ -1,0 +1,151 @@
+"""A run in a continuous batch gives what it gives alone (kernels.stream.generate_stream)."""
+
+import pytest
+
+from kernels.batch import ContinuousBatch
+from kernels.stream import GenerationParams, generate_stream
+
+# Prompts and settings checked (by ``assert_no_near_tie``) to keep every q-exit token's
+# cumulative exit probability and every convergence KL at least 1e-4 from its threshold,
+# so the different rounding of batched matrix products cannot flip an exit.
+REQUESTS = {
+    "greedy": ("def loop(x):", GenerationParams(max_new_tokens=6, q=0.6)),
+    "sampled": (
+        "import os",
+        GenerationParams(max_new_tokens=8, q=0.8, temperature=0.9, top_p=0.9, seed=3),
+    ),
+    "fixed": ("class A:", GenerationParams(max_new_tokens=4, exit_rule="fixed", fixed_loops=2)),
+    "converge": (
+        "x = 1",
+        GenerationParams(max_new_tokens=5, exit_rule="convergence", kl_threshold=1e-2),
+    ),
+    "recompute": (
+        "for i in",
+        GenerationParams(max_new_tokens=7, q=0.5, kv_policy="recompute-kv", loops=5),
+    ),
+    "select": ("return", GenerationParams(max_new_tokens=3, q=0.5, kv_policy="select", top_k=2)),
+}
+MARGIN = 1e-4
+
+
+def alone(loaded, key):
+    prompt, params = REQUESTS[key]
+    stream = generate_stream(loaded, prompt, params)
+    return [e.to_dict() for e in stream], stream.summary
+
+
+def assert_no_near_tie(events, params):
+    for event in events:
+        for loop in event["loops"]:
+            if params.exit_rule == "q-exit" and params.q < 1:
+                assert abs(loop["cumulative"] - params.q) > MARGIN
+            if params.exit_rule == "convergence" and loop["kl"] is not None:
+                assert abs(loop["kl"] - params.kl_threshold) > MARGIN
+
+
+def assert_same_run(batched, reference):
+    """Same positions, tokens, texts and exits; per-loop numbers within 1e-5."""
+    assert len(batched) == len(reference)
+    for got, want in zip(batched, reference, strict=True):
+        for name in ("position", "phase", "token_id", "text", "exit_loop", "loops_computed"):
+            assert got[name] == want[name], (name, got["position"])
+        for mine, theirs in zip(got["loops"], want["loops"], strict=True):
+            for name in ("gate_lambda", "exit_p", "cumulative"):
+                assert mine[name] == pytest.approx(theirs[name], abs=1e-5)
+            assert (mine["kl"] is None) == (theirs["kl"] is None)
+            if mine["kl"] is not None:
+                assert mine["kl"] == pytest.approx(theirs["kl"], abs=1e-5)
+            assert [t[:2] for t in mine["top"]] == [t[:2] for t in theirs["top"]]
+            assert [t[2] for t in mine["top"]] == pytest.approx(
+                [t[2] for t in theirs["top"]], abs=1e-5
+            )
+        assert got["work"]["token_loops_executed"] == want["work"]["token_loops_executed"]
+
+
+def drive(batch, joins, cancels=None):
+    """Step ``batch`` until idle; ``joins``/``cancels``: {step: [keys]} added/cancelled
+    before that step. Returns each run's events and summary, and the steps taken."""
+    events, summaries, n = {}, {}, 0
+    cancels = cancels or {}
+    while batch.busy or any(s >= n for s in joins):
+        for key in joins.get(n, []):
+            batch.add(key, *REQUESTS[key])
+        for key in cancels.get(n, []):
+            batch.cancel(key)
+        for key, update in batch.step().items():
+            events.setdefault(key, []).extend(e.to_dict() for e in update.events)
+            if update.summary is not None:
+                summaries[key] = update.summary
+        n += 1
+    return events, summaries, n
+
+
+def test_batched_runs_equal_the_same_runs_alone(ouro_tiny):
+    # given six requests on different rules, policies, loop caps, samplers and budgets,
+    # three rows, and requests joining mid-batch (some wait for a row to free up)
+    reference = {key: alone(ouro_tiny, key) for key in REQUESTS}
+    for key, (events, _) in reference.items():
+        assert_no_near_tie(events, REQUESTS[key][1])
+    batch = ContinuousBatch(ouro_tiny, max_rows=3)
+
+    # when
+    events, summaries, steps = drive(
+        batch, {0: ["greedy", "sampled"], 3: ["fixed", "converge"], 7: ["recompute", "select"]}
+    )
+
+    # then every run streamed what it streams alone, and left with the same summary
+    assert set(events) == set(REQUESTS)
+    for key, (want_events, want_summary) in reference.items():
+        assert_same_run(events[key], want_events)
+        for name in ("generated_tokens", "stopped", "token_loops_executed", "token_loops_full"):
+            assert summaries[key][name] == want_summary[name], (key, name)
+        assert summaries[key]["exit_rule"] == want_summary["exit_rule"]
+        assert summaries[key]["kv_policy"] == want_summary["kv_policy"]
+    # and the runs really shared steps: fewer steps than the loops their tokens ran
+    generated_loops = sum(
+        e["loops_computed"] for run in events.values() for e in run if e["phase"] == "generated"
+    )
+    assert steps < generated_loops / 2
+    assert not batch.busy and batch.scheduler.rows == [None, None, None]
+
+
+def test_cancelling_one_run_leaves_the_others_unchanged(ouro_tiny):
+    reference = {key: alone(ouro_tiny, key) for key in ("greedy", "sampled", "recompute")}
+    batch = ContinuousBatch(ouro_tiny, max_rows=4)
+
+    events, summaries, _ = drive(batch, {0: ["greedy", "sampled", "recompute"]}, {6: ["sampled"]})
+
+    assert summaries["sampled"]["stopped"] == "stopped"
+    cut = events["sampled"]
+    assert 0 < summaries["sampled"]["generated_tokens"] < 8
+    assert_same_run(cut, reference["sampled"][0][: len(cut)])
+    for key in ("greedy", "recompute"):
+        assert_same_run(events[key], reference[key][0])
+        assert summaries[key]["stopped"] == reference[key][1]["stopped"]
+
+
+def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
+    batch = ContinuousBatch(ouro_tiny, max_rows=2, max_loops=4)
+
+    with pytest.raises(ValueError, match="at most 4"):
+        batch.add("deep", "x", GenerationParams(loops=6))
+    with pytest.raises(ValueError, match="q must lie"):
+        batch.add("bad", "x", GenerationParams(q=2.0))
+    batch.add("ok", "x", GenerationParams(max_new_tokens=1))
+    with pytest.raises(ValueError, match="already"):
+        batch.add("ok", "x", GenerationParams())
+
+    assert list(batch.runs) == ["ok"]
+
+
+def test_lockstep_batching_gives_the_same_runs_in_more_steps(ouro_tiny):
+    # given the same three runs, depth-pipelined and lockstep (each token waits for the
+    # deepest row of its wave)
+    keys = {0: ["greedy", "sampled", "recompute"]}
+    piped, _, piped_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3), keys)
+    locked, _, locked_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3, lockstep=True), keys)
+
+    # then the output is the same, and waiting for the deepest row costs steps
+    for key in keys[0]:
+        assert_same_run(locked[key], piped[key])
+    assert locked_steps > piped_steps

@@ -1,0 +1,154 @@
+"""The worker side of a run: claim it, hand it to the process's batch, store and publish
+its events, and end it ``done``, ``cancelled`` or ``failed`` (the task body).
+
+The web app never imports this module: imports flow workers -> playground -> kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from playground import selectors
+from playground.checkpoints import model_get
+from playground.models import Run, RunToken
+from playground.recording import RunControl, TokenWriter
+from playground.services import ModelUnavailable, run_end_publish
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Claim:
+    run: Run | None  # the run to generate; None: skip the message
+    reason: str = ""
+    ended: Run | None = None  # a run the claim itself ended, whose end is to publish
+
+
+@transaction.atomic
+def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
+    """Take a queued run for this worker; anything else is a redelivery to skip.
+
+    A run found ``running`` was started by an attempt that did not finish (its worker
+    died, and the broker redelivered the message): it is failed rather than restarted,
+    since what killed that worker may kill this one.
+    """
+    run = Run.objects.select_for_update().filter(pk=run_id).first()
+    if run is None:
+        return Claim(None, "no such run")
+    if run.finished:
+        return Claim(None, f"already {run.status}")
+    now = timezone.now()
+    if run.status == Run.Status.RUNNING:
+        if not selectors.run_is_stale(run=run) and run.worker != worker:
+            return Claim(None, f"running on {run.worker}")
+        run.status, run.finished_at = Run.Status.FAILED, now
+        run.error = f"its worker ({run.worker or 'unknown'}) was lost mid-run"
+        run.save(update_fields=["status", "finished_at", "error"])
+        return Claim(None, "an earlier attempt was lost", ended=run)
+    if run.cancel_requested:
+        run.status, run.finished_at = Run.Status.CANCELLED, now
+        run.save(update_fields=["status", "finished_at"])
+        return Claim(None, "cancelled before it started", ended=run)
+    run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, now, now
+    run.worker, run.attempts = worker, run.attempts + 1
+    run.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "attempts"])
+    return Claim(run)
+
+
+def generation_params(run: Run):
+    """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
+    from kernels.stream import GenerationParams
+
+    values = {key: value for key, value in run.params.items() if key != "extrapolate"}
+    return GenerationParams(**values).validate()
+
+
+def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
+    """Generate the run in this process (the worker's task body); idempotent.
+
+    Returns the finished run, or None when the message was a redelivery to skip.
+    """
+    from workers.batching import batch_submit, torch_threads_pin
+    from workers.resident import resident_model
+
+    claim = run_claim(run_id=run_id, worker=worker)
+    if claim.run is None:
+        logger.info("run %s skipped: %s", run_id, claim.reason)
+        if claim.ended is not None:
+            run_end_publish(claim.ended)
+        return None
+    run = claim.run
+    writer, control = TokenWriter(run), RunControl(run)
+    handle = None
+    try:
+        model = model_get(name=run.model)
+        if model is None or not model.available:
+            raise ModelUnavailable(model.problem if model else f"no model named {run.model!r}")
+        params = generation_params(run)
+        torch_threads_pin(settings.PLAYGROUND_TORCH_THREADS)  # this task thread's own
+        loaded = resident_model(model.path)
+        control.beat(force=True)
+        handle = batch_submit(
+            loaded,
+            run.id,
+            run.prompt,
+            params,
+            max_rows=settings.PLAYGROUND_BATCH,
+            torch_threads=settings.PLAYGROUND_TORCH_THREADS,
+        )
+        for event in handle:
+            if control.stop_reason:  # stopped: the rest of the batch's step is not kept
+                continue
+            writer.add(event.to_dict())
+            if event.phase == RunToken.Phase.PROMPT:
+                control.beat()
+            elif control.should_stop():
+                handle.cancel()
+        writer.flush()
+    except Exception as exc:  # the run records why it failed; the worker goes on
+        if handle is not None:
+            handle.cancel()  # the batch's other runs go on without it
+        if not isinstance(exc, ValueError | ModelUnavailable):
+            logger.exception("run %s failed", run.id)
+        try:
+            writer.flush()  # what was generated before the failure stays viewable
+        except Exception:
+            logger.exception("run %s: could not store its last tokens", run.id)
+        _finish_failed(run, exc, writer.last_position)
+        return run
+    return _finish(run, handle.summary or {}, control.stop_reason, writer.last_position)
+
+
+def _finish(run: Run, stats: dict, stop_reason: str, last_position: int) -> Run:
+    if stop_reason and stop_reason != Run.Status.CANCELLED:
+        run.refresh_from_db()  # failed meanwhile: that outcome stands
+        return run
+    status = Run.Status.CANCELLED if stop_reason else Run.Status.DONE
+    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+        status=status, stats=stats, finished_at=timezone.now(), heartbeat_at=timezone.now()
+    )
+    run.refresh_from_db()
+    run_end_publish(run, last_position=last_position)
+    return run
+
+
+def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    if isinstance(exc, SoftTimeLimitExceeded):
+        reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
+    elif isinstance(exc, ValueError | ModelUnavailable):
+        reason = str(exc)
+    else:
+        reason = f"the worker hit an error: {type(exc).__name__}: {exc}"
+    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+        status=Run.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    run_end_publish(run, last_position=last_position)
