@@ -1,12 +1,11 @@
 import pytest
 import torch
 
-from kernels import corpus
 from kernels.checkpoint import load_checkpoint
 from kernels.exits import stopping_distribution
-from kernels.objectives import continue_targets, gate_loss, per_loop_losses, ponder_loss
-from kernels.stream import GenerationParams, generate_stream
-from kernels.train import (
+from kernels.offline import corpus
+from kernels.offline.objectives import continue_targets, gate_loss, per_loop_losses, ponder_loss
+from kernels.offline.train import (
     Run,
     TrainConfig,
     batch,
@@ -17,6 +16,7 @@ from kernels.train import (
     stage2_step,
     train,
 )
+from kernels.stream import GenerationParams, generate_stream
 from tests.kernels.test_corpus import TEXTS
 
 DOCS = [corpus.Document(f"stdlib/m{i:02}.py", text) for i, text in enumerate(TEXTS)]

@@ -1,7 +1,7 @@
 """The model card (README.md) of a trained directory, written from its JSON records.
 
-Every number on the card comes from ``training.json`` (written by :mod:`kernels.train`)
-or ``evaluation.json`` (written by :mod:`kernels.evaluate`), so the card never drifts
+Every number on the card comes from ``training.json`` (written by :mod:`kernels.offline.train`)
+or ``evaluation.json`` (written by :mod:`kernels.offline.evaluate`), so the card never drifts
 from what the commands measured.
 """
 
@@ -53,7 +53,7 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         "",
         "A small looped language model (Ouro architecture: shared layers applied "
         f"{n_loops} times, an exit gate after every loop) trained from scratch by this "
-        "project's own `python -m kernels.train`, so that the playground runs offline with "
+        "project's own `python -m kernels.offline.train`, so that the playground runs offline with "
         "a model whose per-token exits mean something. It writes Python-flavoured text; "
         "it is a demonstration of adaptive depth, not a useful code model.",
         "",
@@ -165,8 +165,8 @@ def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str)
         "## Reproduce",
         "",
         "```sh",
-        "python -m kernels.train   # corpus -> tokenizer -> stage 1 -> stage 2 -> this directory",
-        f"python -m kernels.evaluate kernels/models/{name}   # evaluation.json + this card",
+        "python -m kernels.offline.train   # corpus -> tokenizer -> stage 1 -> stage 2 -> this dir",
+        f"python -m kernels.offline.evaluate kernels/models/{name}   # evaluation.json + this card",
         "```",
         "",
         "The evaluation is deterministic (fixed windows, "

@@ -36,7 +36,7 @@ import torch
 import yaml
 from torch import Tensor
 
-ATLAS_WORKS = Path(__file__).resolve().parents[1] / "atlas" / "data" / "works.yaml"
+ATLAS_WORKS = Path(__file__).resolve().parents[2] / "atlas" / "data" / "works.yaml"
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "__pycache__"}
 
 

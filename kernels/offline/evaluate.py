@@ -1,6 +1,6 @@
 """Evaluate a trained looped LM on its held-out split; the model card's numbers come from here.
 
-    python -m kernels.evaluate kernels/models/pydoc-loop     # writes evaluation.json + README.md
+    python -m kernels.offline.evaluate kernels/models/pydoc-loop   # evaluation.json + README.md
 
 The held-out text is rebuilt from the corpus with the split recorded in ``training.json``
 (so it needs the same Python version; its digest is checked). Windows of
@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels import corpus
-from kernels.card import write_card
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
-from kernels.objectives import per_loop_losses
+from kernels.offline import corpus
+from kernels.offline.card import write_card
+from kernels.offline.objectives import per_loop_losses
 from kernels.rules import QExit
 from kernels.stream import GenerationParams, generate_stream
 
@@ -264,7 +264,7 @@ CHECK: dict[str, Any] = {"n_windows": 16, "qs": (0.7,), "examples": False, "prom
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kernels.evaluate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernels.offline.evaluate", description=__doc__)
     parser.add_argument("path", nargs="?", default="kernels/models/pydoc-loop")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)

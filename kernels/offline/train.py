@@ -1,16 +1,16 @@
 """Train the shipped looped LM end to end: corpus -> tokenizer -> stage 1 -> stage 2 -> save.
 
-    python -m kernels.train                      # writes kernels/models/pydoc-loop/
-    python -m kernels.train --resume             # continue from var/train/pydoc-loop/state.pt
-    python -m kernels.train --restart-stage2 --gain-margin 0.02   # retune the gate only
+    python -m kernels.offline.train                      # writes kernels/models/pydoc-loop/
+    python -m kernels.offline.train --resume    # continue from var/train/pydoc-loop/state.pt
+    python -m kernels.offline.train --restart-stage2 --gain-margin 0.02   # retune the gate only
 
 Stage one trains everything on Ouro's ``sum_t p_t L_t - beta H(p)``; stage two freezes
-the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.objectives`).
+the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.offline.objectives`).
 Everything is seeded: the model init from ``seed``, and batch ``k`` of stage ``s`` from
 (seed, s, k) alone, so a resumed run sees the same batches as an uninterrupted one. The
 run state is saved every ``save_every`` steps; the final directory gets the checkpoint,
 ``training.json`` (settings, steps, wall times, validation history), then the evaluation
-and the model card (:mod:`kernels.evaluate`).
+and the model card (:mod:`kernels.offline.evaluate`).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from kernels import corpus
-from kernels.bpe import train_bpe
-from kernels.card import write_card
 from kernels.checkpoint import save_checkpoint
 from kernels.config import LoopConfig
 from kernels.exits import q_exit
 from kernels.model import LoopedLM
-from kernels.objectives import gate_loss, per_loop_losses, ponder_loss
+from kernels.offline import corpus
+from kernels.offline.bpe import train_bpe
+from kernels.offline.card import write_card
+from kernels.offline.objectives import gate_loss, per_loop_losses, ponder_loss
 
 
 @dataclass
@@ -383,7 +383,7 @@ def save_model(run: Run) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="python -m kernels.train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernels.offline.train", description=__doc__)
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     out = save_model(run)
     print(f"saved {out} after {time.perf_counter() - wall:.0f} s")
     if cfg.evaluate:
-        from kernels.evaluate import evaluate_directory
+        from kernels.offline.evaluate import evaluate_directory
 
         start = time.perf_counter()
         evaluate_directory(out)
