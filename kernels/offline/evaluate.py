@@ -27,6 +27,7 @@ from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
 from kernels.offline import corpus
 from kernels.offline.card import write_card
+from kernels.offline.evaluate_task import evaluate_addition
 from kernels.offline.objectives import per_loop_losses
 from kernels.rules import QExit
 from kernels.stream import GenerationParams, generate_stream
@@ -252,6 +253,13 @@ def evaluate_directory(path: str | Path, threads: int = 1) -> dict[str, Any]:
     torch.set_num_threads(threads)
     path = Path(path)
     loaded = load_checkpoint(path, device="cpu")
+    settings = json.loads((path / "training.json").read_text())["settings"]
+    if settings.get("task", "text") == "addition":
+        q = model_defaults(path).get("q", 1.0)
+        task = {"threads": threads, **evaluate_addition(loaded, settings, q=q)}
+        task["check"] = evaluate_addition(loaded, settings, q=q, **TASK_CHECK)
+        (path / "evaluation.json").write_text(json.dumps(task, indent=1) + "\n")
+        return task
     ids, digest = heldout_ids(path, loaded)
     result = {"heldout_sha256": digest, "threads": threads, **evaluate(loaded, ids)}
     result["check"] = evaluate(loaded, ids, **CHECK)
@@ -261,6 +269,13 @@ def evaluate_directory(path: str | Path, threads: int = 1) -> dict[str, Any]:
 
 # the part of the evaluation the tests recompute (seconds, not minutes)
 CHECK: dict[str, Any] = {"n_windows": 16, "qs": (0.7,), "examples": False, "prompts": ()}
+TASK_CHECK: dict[str, Any] = {"per_chain": 2, "qs": (), "with_examples": False}
+
+
+def model_defaults(path: Path) -> dict[str, Any]:
+    """The run settings a model directory asks for by default (``playground.json``)."""
+    meta = path / "playground.json"
+    return json.loads(meta.read_text()).get("defaults", {}) if meta.is_file() else {}
 
 
 def main(argv: list[str] | None = None) -> None:
