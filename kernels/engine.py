@@ -28,7 +28,7 @@ from kernels.attention import DecodePlan, PrefillTiles
 from kernels.cache import DepthKVCache
 from kernels.exits import step_mass
 from kernels.model import Attend, LoopedLM, padded_causal_attend
-from kernels.rules import ExitRule, KVPolicy, QExit, kv_policy
+from kernels.rules import ExitRule, KVPolicy, LoopSignals, QExit, kv_policy
 from kernels.sampling import Sampler
 from kernels.work import FlopModel, Work
 
@@ -103,15 +103,21 @@ class _TokenState:
 
     remaining: Tensor  # (N,) float32
     cumulative: Tensor  # (N,) float32
+    gate_sum: Tensor  # (N,) float32 sum of the gates so far
+    seed: Tensor  # (N,) int64 each slot's request seed (a rule's random draws)
     reported: Tensor  # (N,) int64 reported exit loop, 0 until then
     out_logits: Tensor  # (N, V) logits at the reported exit loop
     prev_logp: Tensor | None  # (N, V) previous loop's log-probs (convergence only)
 
     @classmethod
-    def create(cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool):
+    def create(
+        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int = 0
+    ) -> _TokenState:
         return cls(
             remaining=torch.ones(n, device=device),
             cumulative=torch.zeros(n, device=device),
+            gate_sum=torch.zeros(n, device=device),
+            seed=torch.full((n,), seed, dtype=torch.long, device=device),
             reported=torch.zeros(n, dtype=torch.long, device=device),
             out_logits=torch.zeros(n, vocab, dtype=dtype, device=device),
             prev_logp=torch.zeros(n, vocab, device=device) if kl else None,
@@ -119,6 +125,7 @@ class _TokenState:
 
     def reset(self, slot: int) -> None:
         self.remaining[slot], self.cumulative[slot], self.reported[slot] = 1.0, 0.0, 0
+        self.gate_sum[slot] = 0.0
 
 
 @dataclass
@@ -144,6 +151,7 @@ class Engine:
         loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
         top_k: width of the per-loop logit lens recorded in traces.
         trace: record gate values per loop (default: when ``top_k`` > 0).
+        seed: the request's seed, which exit rules see (for reproducible random draws).
     """
 
     def __init__(
@@ -155,12 +163,14 @@ class Engine:
         loops: int | None = None,
         top_k: int = 0,
         trace: bool | None = None,
+        seed: int = 0,
     ) -> None:
         self.model, self.body, self.config = model, model.model, model.config
         self.rule = rule or QExit(1.0)
         self.policy = kv_policy(policy) if isinstance(policy, str) else policy
         self.n_loops = loops or self.config.total_ut_steps
         self.top_k = top_k
+        self.seed = seed
         self.tracing = bool(top_k) if trace is None else trace
         self.flops = FlopModel(self.config)
         # The full-depth baseline does what this run shows: with a trace, a logit lens at
@@ -203,6 +213,7 @@ class Engine:
         self,
         t: int | Tensor,
         slots: Tensor,
+        position: Tensor,
         h: Tensor,
         state: _TokenState,
         trace: Trace | None,
@@ -210,13 +221,15 @@ class Engine:
     ) -> Tensor:
         """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
         stopping mass, exit decision, output logits (one LM-head call for all of them).
-        ``t`` is one loop or, in decode, each token's own loop (N,). Returns "stops
-        computing" (N,)."""
+        ``position`` (N,) is each token's position. ``t`` is one loop or, in decode, each
+        token's own loop (N,). Returns "stops computing" (N,)."""
         last = t >= self.n_loops
         lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
         cumulative = state.cumulative[slots] + p
+        gate_sum = state.gate_sum[slots] + lam
         state.remaining[slots], state.cumulative[slots] = remaining, cumulative
+        state.gate_sum[slots] = gate_sum
         logits = logp = kl = None
         if self.rule.needs_logits or self.tracing:
             logits = self._head(h, work)  # (N, V)
@@ -226,7 +239,18 @@ class Engine:
             kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
             kl = torch.where(torch.as_tensor(t, device=kl.device) >= 2, kl, float("nan"))
             state.prev_logp[slots] = logp
-        exits = self.rule.exits(t, self.n_loops, cumulative, kl)  # (N,)
+        loop = torch.as_tensor(t, device=lam.device).expand(len(slots))  # (N,)
+        signals = LoopSignals(
+            t=loop,
+            n_loops=torch.full_like(loop, self.n_loops),
+            cumulative=cumulative,
+            kl=kl,
+            gate=lam,
+            gate_sum=gate_sum,
+            seed=state.seed[slots],
+            position=position,
+        )
+        exits = self.rule.exits(signals)  # (N,)
         if trace is not None:
             trace.gate_lambda[t - 1, slots] = lam
             trace.exit_p[t - 1, slots] = p
@@ -282,7 +306,12 @@ class Engine:
         cos_s, sin_s = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
         cache = self._new_cache(b, s + reserve)
         state = _TokenState.create(
-            b * s, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
+            b * s,
+            self.config.vocab_size,
+            self.dtype,
+            self.device,
+            self.rule.needs_logits,
+            self.seed,
         )
         trace = Trace.empty(self.n_loops, b * s, self.top_k, self.device) if self.tracing else None
         loops_computed = torch.zeros(b * s, dtype=torch.long, device=self.device)
@@ -311,7 +340,7 @@ class Engine:
                 )
             self._count(work, len(flat), float(keys[flat].sum()))
             loops_computed[flat] += 1
-            stop = self._finish_loop(t, flat, h, state, trace, work)
+            stop = self._finish_loop(t, flat, cols, h, state, trace, work)
             x[flat] = h
             active.view(-1)[flat[stop]] = False
             if keep_cache and t < self.n_loops:
@@ -427,7 +456,12 @@ class Engine:
         work = work if work is not None else Work()
         b, n_loops, body = len(prefill.lengths), self.n_loops, self.body
         state = _TokenState.create(
-            b, self.config.vocab_size, self.dtype, self.device, self.rule.needs_logits
+            b,
+            self.config.vocab_size,
+            self.dtype,
+            self.device,
+            self.rule.needs_logits,
+            self.seed,
         )
         trace = Trace.empty(n_loops, b, self.top_k, self.device) if self.tracing else None
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
@@ -468,7 +502,7 @@ class Engine:
             h = self._run_layers(x[rows], cos, sin, self._cached_attend(cache, plan, rows, pos))
             self._count(work, len(live), float((pos + 1).sum()))
             t = torch.tensor(loops, device=self.device)
-            stop = self._finish_loop(t, rows, h, state, trace, work)
+            stop = self._finish_loop(t, rows, pos, h, state, trace, work)
             x[rows] = h
             stops = stop.tolist()
             self._commit_kv(cache, live, loops, stops, h, cos, sin, work)

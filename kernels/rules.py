@@ -1,17 +1,44 @@
 """Exit rules (when a token stops looping) and KV policies (what later loops see of it).
 
-Both are chosen per request and reported under their own names. A rule takes the loop t
-as one int (prefill) or as each token's own loop, a tensor (decode mixes loops).
+Both are chosen per request and reported under their own names. A rule sees one
+:class:`LoopSignals`: per-token tensors of what the loop just computed said (its loop,
+the token's loop cap, the stopping distribution so far, the KL to the previous loop, the
+gate), so prefill (every token at one loop) and decode (rows of a batch at their own
+loops, with their own caps) call it the same way. ``seed`` and ``position`` let a rule
+derive a reproducible random draw per token without a generator of its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-import torch
 from torch import Tensor
 
 from kernels.exits import check_q
+
+
+@dataclass(frozen=True)
+class LoopSignals:
+    """What loop t said about N tokens, each field (N,): the input of every exit rule."""
+
+    t: Tensor  # int64, the loop just computed (1-based)
+    n_loops: Tensor  # int64, the token's loop cap T (the last loop it may run)
+    cumulative: Tensor  # float32, sum_{j<=t} p_j of the stopping distribution
+    kl: Tensor | None  # float32, KL(p_{t-1} ‖ p_t) (NaN at loop 1); None if no rule asked
+    gate: Tensor  # float32, lambda_t of this loop
+    gate_sum: Tensor  # float32, sum_{j<=t} lambda_j
+    seed: Tensor  # int64, the request's seed
+    position: Tensor  # int64, the token's position in its sequence
+
+    @property
+    def last(self) -> Tensor:
+        """bool (N,): the token has run its last allowed loop."""
+        return self.t >= self.n_loops
+
+    def select(self, index: Tensor) -> LoopSignals:
+        """The signals of the tokens ``index`` (M,) only."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return LoopSignals(**{k: None if v is None else v[index] for k, v in values.items()})
 
 
 @dataclass(frozen=True)
@@ -25,10 +52,10 @@ class QExit:
     def __post_init__(self) -> None:
         check_q(self.q)
 
-    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
+    def exits(self, signals: LoopSignals) -> Tensor:
         if self.q >= 1.0:  # full depth, whatever the cumulative rounds to
-            return torch.zeros_like(cumulative, dtype=torch.bool) | (t >= n_loops)
-        return (cumulative >= self.q) | (t >= n_loops)
+            return signals.last
+        return (signals.cumulative >= self.q) | signals.last
 
 
 @dataclass(frozen=True)
@@ -44,9 +71,11 @@ class Convergence:
         if not self.kl_threshold >= 0:
             raise ValueError(f"kl_threshold must be >= 0, got {self.kl_threshold}")
 
-    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
-        done = kl < self.kl_threshold  # NaN (loop 1: nothing to compare) is never below
-        return done | (t >= n_loops)
+    def exits(self, signals: LoopSignals) -> Tensor:
+        if signals.kl is None:
+            raise ValueError("the convergence rule needs the KL signal")
+        done = signals.kl < self.kl_threshold  # NaN (loop 1: nothing to compare) is never below
+        return done | signals.last
 
 
 @dataclass(frozen=True)
@@ -61,8 +90,8 @@ class Fixed:
         if self.loops < 1:
             raise ValueError(f"fixed loops must be >= 1, got {self.loops}")
 
-    def exits(self, t: int | Tensor, n_loops: int, cumulative: Tensor, kl: Tensor | None) -> Tensor:
-        return torch.zeros_like(cumulative, dtype=torch.bool) | (t >= min(self.loops, n_loops))
+    def exits(self, signals: LoopSignals) -> Tensor:
+        return (signals.t >= self.loops) | signals.last
 
 
 ExitRule = QExit | Convergence | Fixed

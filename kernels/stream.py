@@ -158,6 +158,7 @@ def _events(loaded, prompt, params, should_stop, stream) -> Iterator[TokenEvent]
         loops=params.loops,
         top_k=params.top_k,
         trace=True,
+        seed=params.seed,
     )
     eos = getattr(loaded.tokenizer, "eos_token_id", None)
     eos = eos if eos is not None else loaded.config.eos_token_id
