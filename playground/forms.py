@@ -15,6 +15,8 @@ EXIT_RULES = [
     ("q-exit", "Q-exit (cumulative exit probability ≥ q)"),
     ("convergence", "Convergence (prediction stops changing)"),
     ("fixed", "Fixed (exactly T loops)"),
+    ("ponder", "PonderNet (stop at loop t with probability λ_t, seeded)"),
+    ("act", "ACT (stop once the gates λ sum to 0.99)"),
 ]
 KV_POLICIES = [
     ("best-available", "Best available: its deepest computed loop"),
