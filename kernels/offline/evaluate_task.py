@@ -9,9 +9,11 @@ come from seeds that no training batch uses; everything is deterministic.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.checkpoint import LoadedModel
@@ -34,21 +36,39 @@ def solve(
     policy: str = "best-available",
     batch: int = 128,
 ) -> dict[str, Any]:
-    """One rule over problems ids (B, S+1) with answer mask (B, S): per-problem exact match,
-    each answer position's exit loop, executed fraction of full-depth token-loops."""
+    """One rule over sequences ids (B, S+1) whose scored positions are mask (B, S): the
+    skipping engine's prefill of ids[:, :-1] predicting ids[:, 1:].
+
+    Returns per-sequence exact match over the scored positions (``solved``, (B,)), their
+    top-1 accuracy and loss, each scored position's exit loop (``exit``, (B, A)), the
+    executed fraction of full-depth token-loops (every position), the seconds per token
+    of each batch's prefill and the largest peak KV bytes of a batch.
+    """
     engine = Engine(loaded.model, rule, policy, loops=loops)
-    solved, exits, executed, full = [], [], 0, 0
+    solved, right_all, losses, exits, per_token_s = [], [], [], [], []
+    executed = full = peak = 0
     for rows, rows_mask in zip(ids.split(batch), mask.split(batch), strict=True):
-        result = engine.prefill(rows[:, :-1], keep_cache=False)
-        right = result.logits.argmax(-1) == rows[:, 1:]  # (b, S)
+        start = time.perf_counter()
+        result = engine.prefill(rows[:, :-1])
+        per_token_s.append((time.perf_counter() - start) / rows_mask.numel())
+        targets = rows[:, 1:]  # (b, S)
+        right = result.logits.argmax(-1) == targets  # (b, S)
         solved.append((right | ~rows_mask).all(-1))  # (b,)
+        right_all.append(right[rows_mask])
+        loss = F.cross_entropy(result.logits.float().transpose(1, 2), targets, reduction="none")
+        losses.append(loss[rows_mask])  # (b, S) -> (M,)
         exits.append(result.exit_loop[rows_mask].view(len(rows), -1))  # (b, A)
         executed += result.work.token_loops_executed
         full += result.work.token_loops_full
+        peak = max(peak, result.cache.peak_bytes if result.cache is not None else 0)
     return {
-        "solved": torch.cat(solved),  # (B,)
-        "exit": torch.cat(exits),  # (B, A)
+        "solved": torch.cat(solved),
+        "top1": torch.cat(right_all).float().mean().item(),
+        "loss": torch.cat(losses).mean().item(),
+        "exit": torch.cat(exits),
         "executed_fraction": executed / full,
+        "per_token_s": per_token_s,
+        "peak_kv_bytes": peak,
     }
 
 
