@@ -21,6 +21,8 @@ class ModelInfo:
     loops: int | None = None  # the trained T (total_ut_steps)
     max_positions: int | None = None
     problem: str = ""  # why it cannot run; empty when available
+    summary: str = ""  # the model card's one line (``playground.json``)
+    examples: tuple[str, ...] = ()  # prompts that fit the model
 
     @property
     def available(self) -> bool:
@@ -39,6 +41,8 @@ class ModelInfo:
             "max_loops": self.max_loops,
             "max_positions": self.max_positions,
             "problem": self.problem,
+            "summary": self.summary,
+            "examples": list(self.examples),
         }
 
 
@@ -66,7 +70,29 @@ def _describe(name: str, path: Path) -> ModelInfo:
         loops, positions = _read_config(str(config_file), stamp)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return ModelInfo(name, path, problem=f"{config_file} is not a usable config: {exc}")
-    return ModelInfo(name, path, loops=loops, max_positions=positions)
+    summary, examples = _read_meta(path)
+    return ModelInfo(
+        name, path, loops=loops, max_positions=positions, summary=summary, examples=examples
+    )
+
+
+def _read_meta(path: Path) -> tuple[str, tuple[str, ...]]:
+    """The one-line summary and example prompts a model directory offers (optional)."""
+    try:
+        meta = json.loads((path / "playground.json").read_text())
+        return str(meta.get("summary", "")), tuple(str(e) for e in meta.get("examples", ()))
+    except (OSError, ValueError, AttributeError):
+        return "", ()
+
+
+def model_frontier(*, model: ModelInfo) -> dict | None:
+    """The model's stored frontier (``frontier.json``, written by ``python -m
+    kernels.offline.frontier``), or None when it has none or it is unreadable."""
+    try:
+        data = json.loads((model.path / "frontier.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("points"), list) else None
 
 
 @functools.lru_cache(maxsize=32)
