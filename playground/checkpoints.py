@@ -23,6 +23,7 @@ class ModelInfo:
     problem: str = ""  # why it cannot run; empty when available
     summary: str = ""  # the model card's one line (``playground.json``)
     examples: tuple[str, ...] = ()  # prompts that fit the model
+    defaults: tuple[tuple[str, object], ...] = ()  # form settings the model asks for
 
     @property
     def available(self) -> bool:
@@ -43,6 +44,7 @@ class ModelInfo:
             "problem": self.problem,
             "summary": self.summary,
             "examples": list(self.examples),
+            "defaults": dict(self.defaults),
         }
 
 
@@ -70,19 +72,36 @@ def _describe(name: str, path: Path) -> ModelInfo:
         loops, positions = _read_config(str(config_file), stamp)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return ModelInfo(name, path, problem=f"{config_file} is not a usable config: {exc}")
-    summary, examples = _read_meta(path)
+    summary, examples, defaults = _read_meta(path)
     return ModelInfo(
-        name, path, loops=loops, max_positions=positions, summary=summary, examples=examples
+        name,
+        path,
+        loops=loops,
+        max_positions=positions,
+        summary=summary,
+        examples=examples,
+        defaults=defaults,
     )
 
 
-def _read_meta(path: Path) -> tuple[str, tuple[str, ...]]:
-    """The one-line summary and example prompts a model directory offers (optional)."""
+# The run settings a model directory may choose defaults for (the form's own validation
+# still applies to whatever is submitted).
+DEFAULTABLE = ("q", "max_new_tokens", "decoding", "temperature", "top_p", "seed")
+
+
+def _read_meta(path: Path) -> tuple[str, tuple[str, ...], tuple[tuple[str, object], ...]]:
+    """The one-line summary, example prompts and default settings a model directory
+    offers in ``playground.json`` (all optional; an unreadable file offers nothing)."""
     try:
         meta = json.loads((path / "playground.json").read_text())
-        return str(meta.get("summary", "")), tuple(str(e) for e in meta.get("examples", ()))
-    except (OSError, ValueError, AttributeError):
-        return "", ()
+        defaults = meta.get("defaults", {})
+        return (
+            str(meta.get("summary", "")),
+            tuple(str(e) for e in meta.get("examples", ())),
+            tuple((k, defaults[k]) for k in DEFAULTABLE if k in defaults),
+        )
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "", (), ()
 
 
 def model_frontier(*, model: ModelInfo) -> dict | None:

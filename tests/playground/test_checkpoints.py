@@ -69,7 +69,13 @@ def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_
     # given a copy of the fixture with a playground.json, and one with a broken one
     shutil.copytree(TINY, tmp_path / "good")
     (tmp_path / "good" / "playground.json").write_text(
-        json.dumps({"summary": "Adds numbers.", "examples": ["12+34=", "99+01="]})
+        json.dumps(
+            {
+                "summary": "Adds numbers.",
+                "examples": ["12+34=", "99+01="],
+                "defaults": {"q": 0.5, "decoding": "sample", "loops": 99},
+            }
+        )
     )
     shutil.copytree(TINY, tmp_path / "bad")
     (tmp_path / "bad" / "playground.json").write_text("{not json")
@@ -80,4 +86,20 @@ def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_
 
     # then: the summary shows; a broken file costs the notes only, never the model
     assert good.summary == "Adds numbers." and good.examples == ("12+34=", "99+01=")
-    assert bad.available and bad.summary == "" and bad.examples == ()
+    assert dict(good.defaults) == {"q": 0.5, "decoding": "sample"}  # only defaultable ones
+    assert bad.available and bad.summary == "" and bad.examples == () and bad.defaults == ()
+
+
+def test_the_form_starts_from_the_default_models_settings(settings, tmp_path):
+    from playground.forms import RunForm
+
+    shutil.copytree(TINY, tmp_path / "text")
+    (tmp_path / "text" / "playground.json").write_text(
+        json.dumps({"defaults": {"decoding": "sample", "seed": 3}})
+    )
+    settings.PLAYGROUND_MODELS = {"text": tmp_path / "text", "tiny": TINY}
+
+    form = RunForm()
+
+    assert form["decoding"].initial == "sample" and form["seed"].initial == 3
+    assert "&quot;decoding&quot;: &quot;sample&quot;" in str(form["model"])  # data-defaults
