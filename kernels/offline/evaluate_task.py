@@ -98,7 +98,7 @@ def evaluate_addition(
     loaded: LoadedModel,
     settings: dict[str, Any],
     *,
-    per_chain: int = 100,
+    per_chain: int = 60,
     q: float = 0.5,
     qs: tuple[float, ...] = QS,
     with_examples: bool = True,
