@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = evaluate_directory(args.path, args.threads)
     write_card(Path(args.path))
-    print(json.dumps({k: result[k] for k in ("loss_per_loop", "q", "targets")}, indent=1))
+    keys = ("loss_per_loop", "accuracy_fixed_depth", "q", "targets")
+    print(json.dumps({k: result[k] for k in keys if k in result}, indent=1))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import json
 import shutil
 
 import pytest
+from django.conf import settings as django_settings
 
 from tests.playground.conftest import TINY
 
@@ -66,6 +67,15 @@ def test_csv_downloads_and_an_unknown_or_bare_model_is_404(client, two_models):
     assert b"".join(response.streaming_content).startswith(b"rule,setting")
     assert client.get("/playground/frontier/bare.csv").status_code == 404
     assert client.get("/playground/frontier/nowhere.csv").status_code == 404
+
+
+def test_the_shipped_models_have_stored_frontiers():
+    for name in ("pydoc-loop", "add-loop"):
+        stored = json.loads(
+            (django_settings.BASE_DIR / "kernels/models" / name / "frontier.json").read_text()
+        )
+        rules = {p["rule"] for p in stored["points"]}
+        assert rules == {"q-exit", "convergence", "fixed", "ponder", "act"}, name
 
 
 @pytest.mark.browser
