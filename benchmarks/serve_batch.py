@@ -3,7 +3,7 @@
     python -m benchmarks.serve_batch [--model DIR] [--runs 8] [--new 32] [--random bench-512]
 
 For the shipped model (``kernels/models/pydoc-loop``, or ``--model``) and a random
-``bench-512``-shaped checkpoint (``kernels.bench.random_model``, sampled at temperature 1
+``bench-512``-shaped checkpoint (``kernels.offline.bench.random_model``, sampled at temperature 1
 so its exits spread), all in this process, each measurement with its baseline in the
 same run (timings on a shared machine are noisy; read the ratios):
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from kernels.batch import ContinuousBatch, RunUpdate
-from kernels.bench import random_model
+from kernels.offline.bench import random_model
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.stream import GenerationParams, generate_stream
 

@@ -94,7 +94,53 @@ class Fixed:
         return (signals.t >= self.loops) | signals.last
 
 
-ExitRule = QExit | Convergence | Fixed
+MASK31 = (1 << 31) - 1
+
+
+def halting_uniform(seed: Tensor, position: Tensor, t: Tensor) -> Tensor:
+    """A uniform draw in [0, 1) per (seed, position, loop), (N,) int64 each -> (N,) float32.
+
+    A counter-based hash rather than a generator: the draw for one token at one loop does
+    not depend on which other tokens share the batch or in which order loops run, so a run
+    replays exactly however it is batched. Every product stays below 2**62 (no overflow).
+    """
+    h = ((seed & MASK31) * 0x9E3779B1 + position * 0x85EBCA77 + t * 0xC2B2AE3D) & MASK31
+    for _ in range(3):
+        h = ((h ^ (h >> 15)) * 0x2C1B3C6D) & MASK31
+    return (h & 0xFFFFFF).float() / float(1 << 24)
+
+
+@dataclass(frozen=True)
+class Ponder:
+    """PonderNet's sampled halting: after loop t, stop with probability lambda_t, the
+    token's draw seeded by (request seed, position, loop) so a run replays exactly."""
+
+    name = "ponder"
+    needs_logits = False
+
+    def exits(self, signals: LoopSignals) -> Tensor:
+        draw = halting_uniform(signals.seed, signals.position, signals.t)  # (N,)
+        return (draw < signals.gate) | signals.last
+
+
+@dataclass(frozen=True)
+class ACT:
+    """ACT's accumulated halting: stop at the first loop where sum_{j<=t} lambda_j >= 1 - eps
+    (Graves 2016), or at the cap."""
+
+    eps: float = 0.01
+    name = "act"
+    needs_logits = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.eps < 1:
+            raise ValueError(f"act eps must lie in [0, 1), got {self.eps}")
+
+    def exits(self, signals: LoopSignals) -> Tensor:
+        return (signals.gate_sum >= 1 - self.eps) | signals.last
+
+
+ExitRule = QExit | Convergence | Fixed | Ponder | ACT
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from typing import Any
 from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine, PrefillResult, TokenRecord
-from kernels.rules import Convergence, ExitRule, Fixed, QExit, kv_policy
+from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit, kv_policy
 from kernels.sampling import Sampler
 from kernels.work import FlopModel, Work
 
-EXIT_RULES = ("q-exit", "convergence", "fixed")
+EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
 
 
 @dataclass
@@ -31,10 +31,11 @@ class GenerationParams:
     """One request's settings; ``validate`` raises ``ValueError`` with a clear message."""
 
     max_new_tokens: int = 64
-    exit_rule: str = "q-exit"  # "q-exit" | "convergence" | "fixed"
+    exit_rule: str = "q-exit"  # one of EXIT_RULES
     q: float = 0.7  # q-exit threshold in (0, 1]
     kl_threshold: float = 1e-3  # convergence: exit when KL(p_{t-1} ‖ p_t) < threshold
     fixed_loops: int | None = None  # fixed: exit after this many loops
+    act_eps: float = 0.01  # act: exit once the gates sum to 1 - act_eps
     loops: int | None = None  # T at inference; None = the checkpoint's total_ut_steps
     kv_policy: str = "best-available"  # "best-available" | "select" | "recompute-kv"
     temperature: float = 0.0  # 0 = greedy
@@ -68,6 +69,10 @@ class GenerationParams:
             return QExit(self.q)
         if self.exit_rule == "convergence":
             return Convergence(self.kl_threshold)
+        if self.exit_rule == "ponder":  # sampled per token from the request's seed
+            return Ponder()
+        if self.exit_rule == "act":
+            return ACT(self.act_eps)
         return Fixed(self.fixed_loops or 0)
 
 

@@ -21,6 +21,9 @@ class ModelInfo:
     loops: int | None = None  # the trained T (total_ut_steps)
     max_positions: int | None = None
     problem: str = ""  # why it cannot run; empty when available
+    summary: str = ""  # the model card's one line (``playground.json``)
+    examples: tuple[str, ...] = ()  # prompts that fit the model
+    defaults: tuple[tuple[str, object], ...] = ()  # form settings the model asks for
 
     @property
     def available(self) -> bool:
@@ -39,6 +42,9 @@ class ModelInfo:
             "max_loops": self.max_loops,
             "max_positions": self.max_positions,
             "problem": self.problem,
+            "summary": self.summary,
+            "examples": list(self.examples),
+            "defaults": dict(self.defaults),
         }
 
 
@@ -66,7 +72,46 @@ def _describe(name: str, path: Path) -> ModelInfo:
         loops, positions = _read_config(str(config_file), stamp)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return ModelInfo(name, path, problem=f"{config_file} is not a usable config: {exc}")
-    return ModelInfo(name, path, loops=loops, max_positions=positions)
+    summary, examples, defaults = _read_meta(path)
+    return ModelInfo(
+        name,
+        path,
+        loops=loops,
+        max_positions=positions,
+        summary=summary,
+        examples=examples,
+        defaults=defaults,
+    )
+
+
+# The run settings a model directory may choose defaults for (the form's own validation
+# still applies to whatever is submitted).
+DEFAULTABLE = ("q", "max_new_tokens", "decoding", "temperature", "top_p", "seed")
+
+
+def _read_meta(path: Path) -> tuple[str, tuple[str, ...], tuple[tuple[str, object], ...]]:
+    """The one-line summary, example prompts and default settings a model directory
+    offers in ``playground.json`` (all optional; an unreadable file offers nothing)."""
+    try:
+        meta = json.loads((path / "playground.json").read_text())
+        defaults = meta.get("defaults", {})
+        return (
+            str(meta.get("summary", "")),
+            tuple(str(e) for e in meta.get("examples", ())),
+            tuple((k, defaults[k]) for k in DEFAULTABLE if k in defaults),
+        )
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "", (), ()
+
+
+def model_frontier(*, model: ModelInfo) -> dict | None:
+    """The model's stored frontier (``frontier.json``, written by ``python -m
+    kernels.offline.frontier``), or None when it has none or it is unreadable."""
+    try:
+        data = json.loads((model.path / "frontier.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("points"), list) else None
 
 
 @functools.lru_cache(maxsize=32)

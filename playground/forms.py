@@ -6,6 +6,7 @@ submission service validates them in full (against the model, its loops, the que
 its errors come back onto the fields they name.
 """
 
+import json
 from typing import Any, cast
 
 from django import forms
@@ -17,6 +18,8 @@ EXIT_RULES = [
     ("q-exit", "Q-exit (cumulative exit probability ≥ q)"),
     ("convergence", "Convergence (prediction stops changing)"),
     ("fixed", "Fixed (exactly T loops)"),
+    ("ponder", "PonderNet (stop at loop t with probability λ_t, seeded)"),
+    ("act", "ACT (stop once the gates λ sum to 0.99)"),
 ]
 KV_POLICIES = [
     ("best-available", "Best available: its deepest computed loop"),
@@ -38,6 +41,7 @@ class ModelSelect(forms.Select):
         if model is not None:
             option["attrs"]["data-loops"] = model.loops or ""
             option["attrs"]["data-max-loops"] = model.max_loops or ""
+            option["attrs"]["data-defaults"] = json.dumps(dict(model.defaults))
             if not model.available:
                 option["attrs"]["disabled"] = True
         return option
@@ -100,6 +104,8 @@ class RunForm(forms.Form):
             field.initial = default.name
             self.fields["loops"].initial = default.loops
             self.fields["loops"].widget.attrs["max"] = default.max_loops
+            for key, value in default.defaults:  # e.g. seeded sampling for a text model
+                self.fields[key].initial = value
         self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
         self.fields["temperature"].widget.attrs["step"] = "0.05"
         self.fields["top_p"].widget.attrs["step"] = "0.01"

@@ -45,7 +45,7 @@ MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 256
 # kernels.stream.EXIT_RULES and kernels.rules.POLICIES, named here so that the web
 # process validates without importing torch (a test keeps them equal).
-EXIT_RULES = ("q-exit", "convergence", "fixed")
+EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
 KV_POLICIES = ("best-available", "select", "recompute-kv")
 
 

@@ -10,12 +10,13 @@ swapped region only.
 import uuid
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
+from playground.checkpoints import model_catalog, model_frontier, model_get
 from playground.forms import RunForm
 from playground.models import Run
 from playground.pages import run_context, run_view
@@ -135,3 +136,27 @@ def run_stop(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     if request.htmx:
         return HttpResponse(status=204)  # the stream reports the run stopping
     return redirect(run)
+
+
+@require_GET
+def frontier(request: HttpRequest) -> HttpResponse:
+    """Every configured model's stored depth-accuracy frontier: chart, table, CSV link."""
+    models = [
+        {
+            "model": model,
+            "frontier": model_frontier(model=model),
+            "slug": f"frontier-{i}",
+            "data_id": f"frontier-{i}-data",
+        }
+        for i, model in enumerate(model_catalog())
+    ]
+    return render(request, "playground/frontier.html", {"models": models})
+
+
+@require_GET
+def frontier_csv(request: HttpRequest, name: str) -> FileResponse:
+    model = model_get(name=name)
+    path = None if model is None else model.path / "frontier.csv"
+    if path is None or not path.is_file():
+        raise Http404(f"no stored frontier for model {name!r}")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-frontier.csv")

@@ -9,7 +9,8 @@ Variables (all optional on the embedded default):
                    Unset means the embedded mode: no Redis anywhere (the broker is a
                    SQLite file under var/, and run events flow through the database).
     PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
-                           shipped ``pydoc-loop`` comes first (the default) unless renamed.
+                           shipped ``pydoc-loop`` (the default) and ``add-loop`` come first
+                           unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
     NUM_PROXIES    reverse proxies in front that append to X-Forwarded-For (default 0:
                    the header is ignored and the peer address identifies a client).
@@ -260,7 +261,8 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 
 
 def _playground_models(raw: str) -> dict[str, Path]:
-    models = {"pydoc-loop": BASE_DIR / "kernels" / "models" / "pydoc-loop"}
+    shipped = BASE_DIR / "kernels" / "models"
+    models = {"pydoc-loop": shipped / "pydoc-loop", "add-loop": shipped / "add-loop"}
     for pair in filter(None, (item.strip() for item in raw.split(","))):
         name, sep, path = pair.partition("=")
         if not sep or not name.strip() or not path.strip():

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.model import LoopedLM
-from kernels.rules import Convergence, ExitRule, QExit
+from kernels.rules import ACT, Convergence, ExitRule, Ponder, QExit, halting_uniform
 
 
 @dataclass
@@ -34,6 +34,7 @@ class NaiveRun:
     rule: ExitRule
     policy: str
     n_loops: int
+    seed: int = 0
     kv: dict = field(default_factory=dict)  # (j, t, layer) -> (k, v), each (nkv, d)
     frozen: dict = field(default_factory=dict)  # (j, layer) -> (k, v)
     depth: list = field(default_factory=list)  # compute depth of each position
@@ -54,7 +55,7 @@ class NaiveRun:
         self.tokens.append(token_id)
         x = body.embed_tokens.weight[token_id][None]  # (1, H)
         cos, sin = body.rotary_emb(torch.tensor([i]), x.dtype)  # (1, d)
-        remaining, cumulative, prev_logp = 1.0, 0.0, None
+        remaining, cumulative, gate_sum, prev_logp = 1.0, 0.0, 0.0, None
         exit_loop, exit_logits = 0, None
         for t in range(1, self.n_loops + 1):
             for layer_index, layer in enumerate(body.layers):
@@ -74,6 +75,7 @@ class NaiveRun:
                 x = layer(x, cos, sin, attend)
             h = body.norm(x)
             lam = float(torch.sigmoid(body.gate(h).float()))
+            gate_sum += lam
             last = t == self.n_loops
             p = remaining if last else remaining * lam
             remaining = 0.0 if last else remaining * (1 - lam)
@@ -84,7 +86,9 @@ class NaiveRun:
             if prev_logp is not None:
                 kl = float((prev_logp.exp() * (prev_logp - logp)).sum())
             prev_logp = logp
-            if not exit_loop and _exits(self.rule, t, self.n_loops, cumulative, kl):
+            draw = float(halting_uniform(*torch.tensor([[self.seed], [i], [t]])))
+            signals = (cumulative, kl, lam, gate_sum, draw)
+            if not exit_loop and _exits(self.rule, t, self.n_loops, *signals):
                 exit_loop, exit_logits = t, logits
                 if self.policy != "select":
                     break
@@ -98,9 +102,22 @@ class NaiveRun:
         return NaiveToken(exit_loop=exit_loop, loops_computed=t, logits=exit_logits)
 
 
-def _exits(rule: ExitRule, t: int, n_loops: int, cumulative: float, kl: float | None) -> bool:
+def _exits(
+    rule: ExitRule,
+    t: int,
+    n_loops: int,
+    cumulative: float,
+    kl: float | None,
+    lam: float,
+    gate_sum: float,
+    draw: float,
+) -> bool:
     if t >= n_loops:
         return True
+    if isinstance(rule, Ponder):
+        return draw < lam
+    if isinstance(rule, ACT):
+        return gate_sum >= 1 - rule.eps
     if isinstance(rule, QExit):
         return rule.q < 1.0 and cumulative >= rule.q
     if isinstance(rule, Convergence):
@@ -109,10 +126,16 @@ def _exits(rule: ExitRule, t: int, n_loops: int, cumulative: float, kl: float | 
 
 
 def naive_generate(
-    model: LoopedLM, rule: ExitRule, policy: str, prompt: list[int], new_tokens: int, n_loops: int
+    model: LoopedLM,
+    rule: ExitRule,
+    policy: str,
+    prompt: list[int],
+    new_tokens: int,
+    n_loops: int,
+    seed: int = 0,
 ) -> tuple[list[int], list[NaiveToken]]:
     """Greedy: every prompt token, then ``new_tokens`` generated ones (the last one run too)."""
-    run = NaiveRun(model, rule, policy, n_loops)
+    run = NaiveRun(model, rule, policy, n_loops, seed=seed)
     out = [run.push(token) for token in prompt]
     ids = list(prompt)
     for _ in range(new_tokens):

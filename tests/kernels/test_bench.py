@@ -2,7 +2,7 @@ import json
 
 import torch
 
-from kernels import bench
+from kernels.offline import bench
 
 TINY = bench.Workload(
     prefill_rows=2,

@@ -3,7 +3,7 @@ import shutil
 import torch
 from safetensors.torch import load_file, save_file
 
-from kernels import check_reference
+from kernels.offline import check_reference
 
 
 def test_the_fixture_passes(fixture_dir, capsys):

@@ -111,6 +111,6 @@ def test_byte_fallback_round_trips_utf8_and_refuses_small_vocabularies():
 def test_kernels_never_imports_django():
     code = (
         "import sys, kernels.checkpoint, kernels.model, kernels.exits, kernels.hf, "
-        "kernels.check_reference; assert 'django' not in sys.modules"
+        "kernels.offline.check_reference; assert 'django' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

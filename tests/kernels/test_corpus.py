@@ -1,10 +1,10 @@
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from kernels import corpus
-from kernels.bpe import EOS, train_bpe
 from kernels.checkpoint import load_tokenizer
 from kernels.config import LoopConfig
+from kernels.offline import corpus
+from kernels.offline.bpe import EOS, train_bpe
 
 TEXTS = [
     'def add(a, b):\n    """Return a + b."""\n    return a + b\n',

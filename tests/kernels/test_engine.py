@@ -3,12 +3,12 @@ import torch
 
 from kernels import attention
 from kernels.engine import Engine, TokenRecord
-from kernels.rules import Convergence, ExitRule, Fixed, QExit
+from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit
 from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
 POLICIES = ["best-available", "select", "recompute-kv"]
-RULES: list[ExitRule] = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2)]
+RULES: list[ExitRule] = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2), Ponder(), ACT(0.05)]
 ATOL = 1e-5
 
 
@@ -75,7 +75,7 @@ def test_an_exiting_token_gets_the_logits_of_its_exit_loop(ouro_tiny, reference,
 
 # -- skipping equals the slow per-token implementation -------------------------------------
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.name}-{list(vars(r).values())[0]}")
+@pytest.mark.parametrize("rule", RULES, ids=repr)
 def test_engine_matches_the_naive_per_token_implementation(ouro_tiny, prompts, policy, rule):
     # given
     prompt = prompts[0]
@@ -92,8 +92,27 @@ def test_engine_matches_the_naive_per_token_implementation(ouro_tiny, prompts, p
     torch.testing.assert_close(prefill.logits[0], want, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sampled_halting_replays_its_seed_and_matches_the_naive_draws(ouro_tiny, prompts, policy):
+    # given
+    prompt = prompts[1]
+
+    # when the same seed runs twice (once in a batch with another row), and another seed once
+    engine = Engine(ouro_tiny.model, Ponder(), policy, seed=3)
+    first, generated, records = greedy(engine, [prompt], 5)
+    batched, _, _ = greedy(engine, [prompts[0], prompt], 5)
+    other, _, _ = greedy(Engine(ouro_tiny.model, Ponder(), policy, seed=4), [prompt], 5)
+    ids, naive = naive_generate(ouro_tiny.model, Ponder(), policy, prompt, 5, n_loops=4, seed=3)
+
+    # then
+    exits = first.exit_loop[0].tolist() + [r.exit_loop for r in records[0]]
+    assert exits == [t.exit_loop for t in naive] and generated[0] == ids[len(prompt) :]
+    assert batched.exit_loop[1, : len(prompt)].tolist() == first.exit_loop[0].tolist()
+    assert other.exit_loop[0].tolist() != first.exit_loop[0].tolist()
+
+
 def test_the_test_rules_really_spread_exits(ouro_tiny, prompts):
-    for rule in RULES[:3]:
+    for rule in [*RULES[:3], *RULES[4:]]:
         prefill = Engine(ouro_tiny.model, rule).prefill([prompts[0]])
         assert len(set(prefill.exit_loop[0].tolist())) > 1, rule
 

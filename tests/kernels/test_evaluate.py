@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.card import exits_inline, render_card
 from kernels.checkpoint import load_checkpoint
-from kernels.evaluate import CHECK, evaluate, heldout_ids
+from kernels.offline.card import exits_inline, render_card
+from kernels.offline.evaluate import CHECK, evaluate, heldout_ids
 from kernels.stream import GenerationParams, generate_stream
 
 SHIPPED = Path(__file__).resolve().parents[2] / "kernels" / "models" / "pydoc-loop"

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.rules import Convergence, Fixed, LoopSignals, QExit
+from kernels.rules import ACT, Convergence, Fixed, LoopSignals, Ponder, QExit, halting_uniform
 
 
 def signals(t, n_loops, cumulative, kl=None) -> LoopSignals:
@@ -44,3 +44,38 @@ def test_select_keeps_the_chosen_tokens_signals():
     picked = s.select(torch.tensor([2, 0]))
     assert picked.t.tolist() == [3, 1] and picked.kl is None
     assert picked.position.tolist() == [2, 0]
+
+
+def test_act_stops_once_the_gates_sum_to_one_minus_eps():
+    s = signals(t=[1, 2, 3, 2], n_loops=[4, 4, 4, 2], cumulative=[0.0] * 4)
+    s = LoopSignals(**{**vars(s), "gate_sum": torch.tensor([0.5, 0.98, 0.995, 0.1])})
+
+    assert ACT(0.01).exits(s).tolist() == [False, False, True, True]
+    assert ACT(0.05).exits(s).tolist() == [False, True, True, True]
+    with pytest.raises(ValueError, match="eps"):
+        ACT(1.0)
+
+
+def test_ponder_stops_with_probability_lambda_from_a_per_token_draw():
+    # given 4000 tokens at loop 1 with lambda = 0.3, then the same tokens again
+    n = 4000
+    s = signals(t=[1] * n, n_loops=[4] * n, cumulative=[0.0] * n)
+    s = LoopSignals(**{**vars(s), "gate": torch.full((n,), 0.3)})
+
+    stops = Ponder().exits(s)
+
+    # then about 30% stop, the same ones each time, and a token's draw is its own
+    assert abs(stops.float().mean().item() - 0.3) < 0.03
+    assert torch.equal(stops, Ponder().exits(s))
+    assert torch.equal(Ponder().exits(s.select(torch.arange(10, 20))), stops[10:20])
+    other = LoopSignals(**{**vars(s), "seed": torch.full((n,), 1)})
+    assert not torch.equal(Ponder().exits(other), stops)
+
+
+def test_halting_draws_are_uniform_and_differ_by_loop():
+    seed, pos = torch.zeros(10_000, dtype=torch.long), torch.arange(10_000)
+    u1 = halting_uniform(seed, pos, torch.ones_like(pos))
+    u2 = halting_uniform(seed, pos, torch.full_like(pos, 2))
+
+    assert u1.min() >= 0 and u1.max() < 1 and abs(u1.mean().item() - 0.5) < 0.02
+    assert (u1 != u2).float().mean() > 0.99

@@ -123,7 +123,8 @@ def test_generation_stops_at_eos(ouro_tiny):
 @pytest.mark.parametrize(
     "params, message",
     [
-        (GenerationParams(exit_rule="ponder"), "unknown exit rule"),
+        (GenerationParams(exit_rule="halting"), "unknown exit rule"),
+        (GenerationParams(exit_rule="act", act_eps=1.0), "act eps"),
         (GenerationParams(q=1.5), "q must lie"),
         (GenerationParams(exit_rule="fixed"), "fixed_loops"),
         (GenerationParams(kv_policy="mask"), "unknown KV policy"),

@@ -1,22 +1,30 @@
 import pytest
 import torch
 
-from kernels import corpus
 from kernels.checkpoint import load_checkpoint
 from kernels.exits import stopping_distribution
-from kernels.objectives import continue_targets, gate_loss, per_loop_losses, ponder_loss
-from kernels.stream import GenerationParams, generate_stream
-from kernels.train import (
+from kernels.offline import corpus
+from kernels.offline.objectives import (
+    context_losses,
+    continue_targets,
+    gate_loss,
+    per_loop_losses,
+    ponder_loss,
+)
+from kernels.offline.train import (
     Run,
     TrainConfig,
     batch,
+    parse_args,
     prepare_data,
     save_model,
     stage1_step,
     stage2_optimizer,
     stage2_step,
+    task_batch,
     train,
 )
+from kernels.stream import GenerationParams, generate_stream
 from tests.kernels.test_corpus import TEXTS
 
 DOCS = [corpus.Document(f"stdlib/m{i:02}.py", text) for i, text in enumerate(TEXTS)]
@@ -190,3 +198,82 @@ def test_trained_directory_loads_and_streams(tmp_path):
     assert loaded.tokenizer.eos_token_id == loaded.config.eos_token_id == 0
     assert "".join(e.text for e in events).startswith("def add(a, b):")
     assert {e.exit_loop for e in events} <= {1, 2, 3}
+
+
+def tiny_addition(tmp_path, **changes) -> TrainConfig:
+    values = dict(
+        task="addition",
+        digits=3,
+        max_chain=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        loops=3,
+        batch_size=16,
+        stage1_steps=40,
+        warmup_steps=5,
+        gate_warmup_steps=20,
+        lr=1e-2,
+        stage2_steps=30,
+        gate_lr=0.05,
+        eval_windows=8,
+        eval_every=1000,
+        save_every=1000,
+        out=str(tmp_path / "model"),
+        work_dir=str(tmp_path / "work"),
+    )
+    return TrainConfig(**{**values, **changes})
+
+
+def test_context_positions_take_their_rows_answer_loss():
+    losses = torch.tensor([[[5.0, 1.0, 2.0]], [[5.0, 0.5, 1.0]]])  # (T=2, B=1, S=3)
+    mask = torch.tensor([[False, True, True]])
+
+    out = context_losses(losses, mask)
+
+    assert out[:, 0, 0].tolist() == [3.0, 1.5]  # the answer's summed loss, loop by loop
+    assert torch.equal(out[:, :, 1:], losses[:, :, 1:])
+
+
+def test_addition_training_lowers_both_stages_losses_on_answers_only(tmp_path):
+    # given
+    cfg = tiny_addition(tmp_path)
+    run = Run(cfg, prepare_data(cfg), torch.device("cpu"))
+    probe, probe_mask = task_batch(cfg, stage=9, step=0)
+
+    def stage1_loss() -> float:
+        with torch.no_grad():
+            out = run.model(probe[:, :-1])
+            losses = per_loop_losses(out.step_logits, probe[:, 1:])
+            return ponder_loss(losses, out.gate_logits, cfg.beta, probe_mask)[0].item()
+
+    def stage2_loss() -> float:
+        with torch.no_grad():
+            out = run.model(probe[:, :-1])
+            losses = context_losses(per_loop_losses(out.step_logits, probe[:, 1:]), probe_mask)
+            return gate_loss(out.gate_logits, losses, cfg.gain_scale, cfg.gain_margin).item()
+
+    before = stage1_loss()
+
+    # when stage one runs, then stage two
+    for step in range(cfg.stage1_steps):
+        tokens, mask = task_batch(cfg, 1, step)
+        stage1_step(run.model, run.opt, tokens, cfg, step, mask)
+    after_stage1 = stage1_loss()
+    opt = stage2_optimizer(run.model, cfg)
+    gate_before = stage2_loss()
+    for step in range(cfg.stage2_steps):
+        tokens, mask = task_batch(cfg, 2, step)
+        stage2_step(run.model, opt, tokens, cfg, mask)
+
+    # then
+    assert after_stage1 < before - 0.3
+    assert stage2_loss() < gate_before
+
+
+def test_task_defaults_apply_under_explicit_flags():
+    cfg, _ = parse_args(["--task", "addition", "--loops", "3"])
+
+    assert cfg.out == "kernels/models/add-loop" and cfg.digits == 8 and cfg.loops == 3
+    with pytest.raises(SystemExit):
+        parse_args(["--task", "sorting"])

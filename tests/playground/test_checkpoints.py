@@ -1,3 +1,5 @@
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,12 +52,12 @@ def test_prompt_tokens_are_counted_as_the_worker_encodes_them():
     assert prompt_token_count(model=info, text="héllo") == 6
 
 
-def test_the_models_setting_takes_name_path_pairs_after_the_shipped_model():
+def test_the_models_setting_takes_name_path_pairs_after_the_shipped_models():
     # when
     models = _playground_models("mine=/models/mine, other = ~/other")
 
     # then
-    assert list(models) == ["pydoc-loop", "mine", "other"]
+    assert list(models) == ["pydoc-loop", "add-loop", "mine", "other"]
     assert models["mine"] == Path("/models/mine")
     assert models["other"] == Path("~/other").expanduser()
 
@@ -63,3 +65,43 @@ def test_the_models_setting_takes_name_path_pairs_after_the_shipped_model():
 def test_a_malformed_models_setting_is_refused():
     with pytest.raises(ImproperlyConfigured, match="name=path"):
         _playground_models("just-a-name")
+
+
+def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_path):
+    # given a copy of the fixture with a playground.json, and one with a broken one
+    shutil.copytree(TINY, tmp_path / "good")
+    (tmp_path / "good" / "playground.json").write_text(
+        json.dumps(
+            {
+                "summary": "Adds numbers.",
+                "examples": ["12+34=", "99+01="],
+                "defaults": {"q": 0.5, "decoding": "sample", "loops": 99},
+            }
+        )
+    )
+    shutil.copytree(TINY, tmp_path / "bad")
+    (tmp_path / "bad" / "playground.json").write_text("{not json")
+    settings.PLAYGROUND_MODELS = {"good": tmp_path / "good", "bad": tmp_path / "bad"}
+
+    # when
+    good, bad = model_get(name="good"), model_get(name="bad")
+
+    # then: the summary shows; a broken file costs the notes only, never the model
+    assert good.summary == "Adds numbers." and good.examples == ("12+34=", "99+01=")
+    assert dict(good.defaults) == {"q": 0.5, "decoding": "sample"}  # only defaultable ones
+    assert bad.available and bad.summary == "" and bad.examples == () and bad.defaults == ()
+
+
+def test_the_form_starts_from_the_default_models_settings(settings, tmp_path):
+    from playground.forms import RunForm
+
+    shutil.copytree(TINY, tmp_path / "text")
+    (tmp_path / "text" / "playground.json").write_text(
+        json.dumps({"defaults": {"decoding": "sample", "seed": 3}})
+    )
+    settings.PLAYGROUND_MODELS = {"text": tmp_path / "text", "tiny": TINY}
+
+    form = RunForm()
+
+    assert form["decoding"].initial == "sample" and form["seed"].initial == 3
+    assert "&quot;decoding&quot;: &quot;sample&quot;" in str(form["model"])  # data-defaults

@@ -1,4 +1,4 @@
-"""``python -m kernels.check_reference DIR``: compare our engine with golden reference outputs.
+"""``python -m kernels.offline.check_reference DIR``: our engine against golden reference outputs.
 
 DIR is an Ouro checkpoint directory holding ``reference.safetensors`` in the layout of
 ``tests/kernels/fixtures/ouro-tiny/README.md`` (outputs of the official implementation).
@@ -148,7 +148,9 @@ def check(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.check_reference", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m kernels.offline.check_reference", description=__doc__
+    )
     parser.add_argument("path", help="checkpoint directory with reference.safetensors")
     parser.add_argument("--dtype", choices=sorted(DTYPES), help="run in this dtype")
     parser.add_argument("--atol", type=float, help="float tolerance (default by dtype)")

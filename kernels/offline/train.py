@@ -1,16 +1,17 @@
 """Train the shipped looped LM end to end: corpus -> tokenizer -> stage 1 -> stage 2 -> save.
 
-    python -m kernels.train                      # writes kernels/models/pydoc-loop/
-    python -m kernels.train --resume             # continue from var/train/pydoc-loop/state.pt
-    python -m kernels.train --restart-stage2 --gain-margin 0.02   # retune the gate only
+    python -m kernels.offline.train                      # writes kernels/models/pydoc-loop/
+    python -m kernels.offline.train --resume    # continue from var/train/pydoc-loop/state.pt
+    python -m kernels.offline.train --restart-stage2 --gain-margin 0.02   # retune the gate only
+    python -m kernels.offline.train --task addition   # writes kernels/models/add-loop/
 
 Stage one trains everything on Ouro's ``sum_t p_t L_t - beta H(p)``; stage two freezes
-the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.objectives`).
+the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.offline.objectives`).
 Everything is seeded: the model init from ``seed``, and batch ``k`` of stage ``s`` from
 (seed, s, k) alone, so a resumed run sees the same batches as an uninterrupted one. The
 run state is saved every ``save_every`` steps; the final directory gets the checkpoint,
 ``training.json`` (settings, steps, wall times, validation history), then the evaluation
-and the model card (:mod:`kernels.evaluate`).
+and the model card (:mod:`kernels.offline.evaluate`).
 """
 
 from __future__ import annotations
@@ -28,20 +29,24 @@ from torch import Tensor, nn
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from kernels import corpus
-from kernels.bpe import train_bpe
-from kernels.card import write_card
-from kernels.checkpoint import save_checkpoint
+from kernels.checkpoint import ByteTokenizer, save_checkpoint
 from kernels.config import LoopConfig
 from kernels.exits import q_exit
 from kernels.model import LoopedLM
-from kernels.objectives import gate_loss, per_loop_losses, ponder_loss
+from kernels.offline import addition, corpus
+from kernels.offline.bpe import train_bpe
+from kernels.offline.card import write_card
+from kernels.offline.objectives import context_losses, gate_loss, per_loop_losses, ponder_loss
 
 
 @dataclass
 class TrainConfig:
-    """Every setting of a run; each is also a ``--flag`` of the command."""
+    """Every setting of a run; each is also a ``--flag`` of the command. ``--task
+    addition`` starts from :data:`TASK_DEFAULTS` instead of these defaults."""
 
+    task: str = "text"  # "text": the corpus LM; "addition": :mod:`kernels.offline.addition`
+    digits: int = 10  # addition: operand width
+    max_chain: int = 6  # addition: longest carry chain in training problems
     out: str = "kernels/models/pydoc-loop"
     work_dir: str = "var/train/pydoc-loop"
     seed: int = 0
@@ -89,16 +94,45 @@ class TrainConfig:
         return Path(self.work_dir)
 
 
+# The addition model: bytes, one shared layer looped 6 times (each loop can pass a carry
+# on by about one column), answer-only losses.
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "addition": {
+        "out": "kernels/models/add-loop",
+        "work_dir": "var/train/add-loop",
+        "digits": 8,
+        "max_chain": 5,
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "loops": 6,
+        "seq_len": 27,  # an 8-digit problem and its answer, less one
+        "batch_size": 32,
+        "stage1_steps": 3000,
+        "warmup_steps": 100,
+        "gate_warmup_steps": 1500,
+        "stage2_steps": 200,
+        "eval_every": 250,
+        "save_every": 250,
+        "eval_windows": 256,
+    }
+}
+
+
 @dataclass
 class Data:
-    tokenizer: PreTrainedTokenizerFast
+    tokenizer: PreTrainedTokenizerFast | ByteTokenizer
     train: Tensor  # (N,) int64 token stream of the training documents
     heldout: Tensor  # (M,) int64 token stream of the held-out documents
     corpus: dict[str, Any]
 
 
 def prepare_data(cfg: TrainConfig, docs: list[corpus.Document] | None = None) -> Data:
-    """Split the corpus, train (or reuse) the tokenizer, encode both splits (cached)."""
+    """Split the corpus, train (or reuse) the tokenizer, encode both splits (cached).
+    A task's problems are generated per batch: its data is the byte tokenizer alone."""
+    if cfg.task == "addition":
+        info = {"task": "addition", "digits": cfg.digits, "max_chain": cfg.max_chain}
+        empty = torch.zeros(0, dtype=torch.long)
+        return Data(ByteTokenizer(256, addition.EOS), empty, empty, info)
     docs = corpus.documents() if docs is None else docs
     train_docs, heldout_docs = corpus.split(
         docs, seed=cfg.seed, heldout_fraction=cfg.heldout_fraction
@@ -128,10 +162,12 @@ def prepare_data(cfg: TrainConfig, docs: list[corpus.Document] | None = None) ->
     return Data(tokenizer, train_ids, heldout_ids, info)
 
 
-def model_config(cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast) -> LoopConfig:
+def model_config(
+    cfg: TrainConfig, tokenizer: PreTrainedTokenizerFast | ByteTokenizer
+) -> LoopConfig:
     eos = tokenizer.eos_token_id
     return LoopConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=tokenizer.vocab_size if isinstance(tokenizer, ByteTokenizer) else len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_hidden_layers,
@@ -153,13 +189,36 @@ def batch(ids: Tensor, cfg: TrainConfig, stage: int, step: int) -> Tensor:
     return ids[starts[:, None] + torch.arange(cfg.seq_len + 1)]  # (B, S+1)
 
 
+def task_batch(cfg: TrainConfig, stage: int, step: int) -> tuple[Tensor, Tensor]:
+    """Batch ``step`` of ``stage`` of generated problems, from (seed, stage, step) alone:
+    ids (B, S+1) and the answer mask (B, S)."""
+    seed = cfg.seed * 1_000_003 + stage * 100_003 + step
+    chains = range(cfg.max_chain + 1)
+    return addition.encode(addition.problems(seed, cfg.batch_size, cfg.digits, chains))
+
+
+def validation_set(cfg: TrainConfig, data: Data) -> tuple[Tensor, Tensor | None]:
+    """Held-out windows, or for a task problems from a seed no training batch uses."""
+    if cfg.task == "addition":
+        chains = range(cfg.max_chain + 1)
+        return addition.encode(
+            addition.problems(-1 - cfg.seed, cfg.eval_windows, cfg.digits, chains)
+        )
+    return corpus.windows(data.heldout, cfg.eval_length, cfg.eval_windows), None
+
+
 @torch.no_grad()
-def validate(model: LoopedLM, windows: Tensor, q: float = 0.7) -> dict[str, Any]:
-    """Per-loop loss and the Q-exit histogram on held-out windows (compute every loop)."""
+def validate(
+    model: LoopedLM, windows: Tensor, q: float = 0.7, mask: Tensor | None = None
+) -> dict[str, Any]:
+    """Per-loop loss and the Q-exit histogram on held-out windows (compute every loop);
+    with a ``mask`` (B, S), over the scored positions only."""
     model.eval()
     out = model(windows[:, :-1])
     losses = per_loop_losses(out.step_logits, windows[:, 1:])  # (T, B, S)
     exit_loop = q_exit(torch.sigmoid(out.gate_logits).movedim(0, -1), q)  # (B, S)
+    if mask is not None:
+        losses, exit_loop = losses[:, mask][..., None], exit_loop[mask][:, None]  # (T, M, 1)
     hist = torch.bincount(exit_loop.flatten() - 1, minlength=model.config.total_ut_steps)
     model.train()
     return {
@@ -200,14 +259,19 @@ def stage2_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer
 
 
 def stage1_step(
-    model: LoopedLM, opt: torch.optim.Optimizer, tokens: Tensor, cfg: TrainConfig, step: int
+    model: LoopedLM,
+    opt: torch.optim.Optimizer,
+    tokens: Tensor,
+    cfg: TrainConfig,
+    step: int,
+    mask: Tensor | None = None,
 ) -> float:
     for group in opt.param_groups:
         group["lr"] = _lr(cfg, step) * group.get("lr_scale", 1.0)
     model.model.early_exit_gate.requires_grad_(step >= cfg.gate_warmup_steps)
     out = model(tokens[:, :-1])
     losses = per_loop_losses(out.step_logits, tokens[:, 1:])  # (T, B, S)
-    loss, _ = ponder_loss(losses, out.gate_logits, cfg.beta)
+    loss, _ = ponder_loss(losses, out.gate_logits, cfg.beta, mask)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -216,12 +280,19 @@ def stage1_step(
 
 
 def stage2_step(
-    model: LoopedLM, opt: torch.optim.Optimizer, tokens: Tensor, cfg: TrainConfig
+    model: LoopedLM,
+    opt: torch.optim.Optimizer,
+    tokens: Tensor,
+    cfg: TrainConfig,
+    mask: Tensor | None = None,
 ) -> float:
-    """The LM runs without autograd; its detached per-loop losses label the gate."""
+    """The LM runs without autograd; its detached per-loop losses label the gate (with a
+    ``mask``, context positions by the answer's, :func:`context_losses`)."""
     with torch.no_grad():
         out = model(tokens[:, :-1])
         losses = per_loop_losses(out.step_logits, tokens[:, 1:])  # (T, B, S)
+        if mask is not None:
+            losses = context_losses(losses, mask)
     gate_logits = model.model.gate(out.step_hidden)  # (T, B, S), grad to the gate only
     loss = gate_loss(gate_logits, losses, cfg.gain_scale, cfg.gain_margin)
     opt.zero_grad(set_to_none=True)
@@ -259,7 +330,9 @@ class Run:
         self.elapsed = {"stage1_s": 0.0, "stage2_s": 0.0}
         self.history: list[dict[str, Any]] = []
         self.opt = stage1_optimizer(self.model, cfg)
-        self.valid = corpus.windows(data.heldout, cfg.eval_length, cfg.eval_windows).to(device)
+        valid, mask = validation_set(cfg, data)
+        self.valid = valid.to(device)
+        self.valid_mask = None if mask is None else mask.to(device)
 
     @property
     def state_path(self) -> Path:
@@ -296,7 +369,8 @@ class Run:
         self.opt = stage2_optimizer(self.model, self.cfg)
 
     def _log_validation(self) -> None:
-        record = {"stage": self.stage, "step": self.step, **validate(self.model, self.valid)}
+        stats = validate(self.model, self.valid, mask=self.valid_mask)
+        record = {"stage": self.stage, "step": self.step, **stats}
         self.history.append(record)
         tqdm.write(json.dumps(record))
 
@@ -305,11 +379,15 @@ class Run:
         bar = tqdm(total=steps, initial=self.step, desc=f"stage {stage}", dynamic_ncols=True)
         while self.step < steps:
             start = time.perf_counter()
-            tokens = batch(self.data.train, cfg, stage, self.step).to(self.device)
-            if stage == 1:
-                loss = stage1_step(self.model, self.opt, tokens, cfg, self.step)
+            if cfg.task == "addition":
+                tokens, mask = task_batch(cfg, stage, self.step)
+                tokens, mask = tokens.to(self.device), mask.to(self.device)
             else:
-                loss = stage2_step(self.model, self.opt, tokens, cfg)
+                tokens, mask = batch(self.data.train, cfg, stage, self.step).to(self.device), None
+            if stage == 1:
+                loss = stage1_step(self.model, self.opt, tokens, cfg, self.step, mask)
+            else:
+                loss = stage2_step(self.model, self.opt, tokens, cfg, mask)
             seconds = time.perf_counter() - start
             self.elapsed[f"stage{stage}_s"] += seconds
             self.step += 1
@@ -387,7 +465,7 @@ def save_model(run: Run) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="python -m kernels.train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernels.offline.train", description=__doc__)
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":
@@ -399,6 +477,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     parser.add_argument(
         "--restart-stage2", action="store_true", help="rerun stage two from stage1.pt"
     )
+    task = parser.parse_known_args(argv)[0].task
+    if task not in ("text", *TASK_DEFAULTS):
+        parser.error(f"unknown task {task!r}; known: text, {', '.join(TASK_DEFAULTS)}")
+    parser.set_defaults(**TASK_DEFAULTS.get(task, {}))
     args = parser.parse_args(argv)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     return cfg, args
@@ -411,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     out = save_model(run)
     print(f"saved {out} after {time.perf_counter() - wall:.0f} s")
     if cfg.evaluate:
-        from kernels.evaluate import evaluate_directory
+        from kernels.offline.evaluate import evaluate_directory
 
         start = time.perf_counter()
         evaluate_directory(out)

@@ -1,6 +1,6 @@
 """Evaluate a trained looped LM on its held-out split; the model card's numbers come from here.
 
-    python -m kernels.evaluate kernels/models/pydoc-loop     # writes evaluation.json + README.md
+    python -m kernels.offline.evaluate kernels/models/pydoc-loop   # evaluation.json + README.md
 
 The held-out text is rebuilt from the corpus with the split recorded in ``training.json``
 (so it needs the same Python version; its digest is checked). Windows of
@@ -24,12 +24,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from kernels import corpus
-from kernels.card import write_card
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
 from kernels.model import LoopedLM
-from kernels.objectives import per_loop_losses
+from kernels.offline import corpus
+from kernels.offline.card import write_card
+from kernels.offline.evaluate_task import evaluate_addition
+from kernels.offline.objectives import per_loop_losses
 from kernels.rules import QExit
 from kernels.stream import GenerationParams, generate_stream
 
@@ -259,6 +260,13 @@ def evaluate_directory(path: str | Path, threads: int = 1) -> dict[str, Any]:
     torch.set_num_threads(threads)
     path = Path(path)
     loaded = load_checkpoint(path, device="cpu")
+    settings = json.loads((path / "training.json").read_text())["settings"]
+    if settings.get("task", "text") == "addition":
+        q = model_defaults(path).get("q", 1.0)
+        task = {"threads": threads, **evaluate_addition(loaded, settings, q=q)}
+        task["check"] = evaluate_addition(loaded, settings, q=q, **TASK_CHECK)
+        (path / "evaluation.json").write_text(json.dumps(task, indent=1) + "\n")
+        return task
     ids, digest = heldout_ids(path, loaded)
     result = {"heldout_sha256": digest, "threads": threads, **evaluate(loaded, ids)}
     result["check"] = evaluate(loaded, ids, **CHECK)
@@ -268,16 +276,24 @@ def evaluate_directory(path: str | Path, threads: int = 1) -> dict[str, Any]:
 
 # the part of the evaluation the tests recompute (seconds, not minutes)
 CHECK: dict[str, Any] = {"n_windows": 16, "qs": (0.7,), "examples": False, "prompts": ()}
+TASK_CHECK: dict[str, Any] = {"per_chain": 2, "qs": (), "with_examples": False}
+
+
+def model_defaults(path: Path) -> dict[str, Any]:
+    """The run settings a model directory asks for by default (``playground.json``)."""
+    meta = path / "playground.json"
+    return json.loads(meta.read_text()).get("defaults", {}) if meta.is_file() else {}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kernels.evaluate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernels.offline.evaluate", description=__doc__)
     parser.add_argument("path", nargs="?", default="kernels/models/pydoc-loop")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     result = evaluate_directory(args.path, args.threads)
     write_card(Path(args.path))
-    print(json.dumps({k: result[k] for k in ("loss_per_loop", "q", "targets")}, indent=1))
+    keys = ("loss_per_loop", "accuracy_fixed_depth", "q", "targets")
+    print(json.dumps({k: result[k] for k in keys if k in result}, indent=1))
 
 
 if __name__ == "__main__":

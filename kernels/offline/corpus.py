@@ -40,7 +40,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-ATLAS_WORKS = Path(__file__).resolve().parents[1] / "atlas" / "data" / "works.yaml"
+ATLAS_WORKS = Path(__file__).resolve().parents[2] / "atlas" / "data" / "works.yaml"
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "__pycache__"}
 
 

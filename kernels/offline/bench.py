@@ -1,4 +1,4 @@
-"""``python -m kernels.bench``: what real skipping saves, measured against full depth.
+"""``python -m kernels.offline.bench``: what real skipping saves, measured against full depth.
 
 For each model (the shipped checkpoint when present, and random Ouro-shaped ones), each
 q-exit threshold and each KV policy it records, side by side: average exit depth, the
@@ -41,7 +41,7 @@ from kernels.rules import QExit
 from kernels.sampling import Sampler
 from kernels.work import FlopModel, Work
 
-SHIPPED_MODEL = Path(__file__).parent / "models" / "pydoc-loop"
+SHIPPED_MODEL = Path(__file__).parents[1] / "models" / "pydoc-loop"
 POLICIES = ("best-available", "select", "recompute-kv")
 BASELINE = (1.0, "best-available")
 GOALS = {"prefill_kept": 0.85, "decode_kept": 0.70, "kv_over_depth": 1.10}
@@ -422,7 +422,7 @@ def bench_model(name: str, loaded: LoadedModel, load: Workload, real: bool) -> d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernels.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m kernels.offline.bench", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--model", type=Path, help=f"checkpoint dir (default {SHIPPED_MODEL} if present)"
@@ -469,7 +469,7 @@ def _run(args: argparse.Namespace) -> int:
         models = models[:1]  # the shipped model if present, else the first random one
 
     report = {
-        "command": " ".join(["python -m kernels.bench", *args.argv]),
+        "command": " ".join(["python -m kernels.offline.bench", *args.argv]),
         "torch": torch.__version__,
         "device": str(device),
         "threads": args.threads,

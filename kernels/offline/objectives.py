@@ -35,20 +35,38 @@ def per_loop_losses(step_logits: Tensor, targets: Tensor) -> Tensor:
     return flat.view(step_logits.shape[:3])  # (T, B, S)
 
 
-def ponder_loss(losses: Tensor, gate_logits: Tensor, beta: float) -> tuple[Tensor, Tensor]:
+def ponder_loss(
+    losses: Tensor, gate_logits: Tensor, beta: float, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Stage one: mean over tokens of sum_t p_t L_t - beta H(p).
 
     Args:
         losses: (T, B, S) per-token loss of each loop (with gradient).
         gate_logits: (T, B, S) raw gate outputs; λ = sigmoid of them.
         beta: weight of the entropy bonus.
+        mask: (B, S) bool, the positions that count (a task's answer); default all.
     Returns:
         (loss, entropy) scalars; the entropy is detached, for logging.
     """
     p = stopping_distribution(torch.sigmoid(gate_logits).movedim(0, -1))  # (B, S, T)
     expected = (p * losses.movedim(0, -1)).sum(-1)  # (B, S)
     entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)  # (B, S)
+    if mask is not None:
+        expected, entropy = expected[mask], entropy[mask]  # (M,)
     return (expected - beta * entropy).mean(), entropy.mean().detach()
+
+
+def context_losses(losses: Tensor, mask: Tensor) -> Tensor:
+    """Per-loop losses for stage two's labels when only ``mask`` positions are scored
+    (a task's answer): every other position of a row takes the row's summed answer loss.
+
+    A context position's own next token is unpredictable (a random digit), so its own gain
+    would label it "stop" at loop 1; but the answer reads its K/V at deeper loops, and
+    with best-available KV an exited position's later loops never happen. Its further
+    loops are worth what the answer still gains from them. (T, B, S), (B, S) -> (T, B, S).
+    """
+    answer = (losses * mask).sum(-1, keepdim=True)  # (T, B, 1)
+    return torch.where(mask, losses, answer)
 
 
 def continue_targets(losses: Tensor, scale: float, margin: float) -> Tensor:
