@@ -71,6 +71,12 @@ def test_convergence_stops_at_the_first_kl_below_the_threshold(threshold, loop) 
     assert _exit_loops(Convergence(threshold), [[0.5] * 4], kls) == [loop]
 
 
+def test_a_zero_kl_threshold_is_allowed_and_runs_full_depth() -> None:
+    # no KL is below zero, not even a KL of exactly zero
+    kls = [[float("nan"), 0.0, 0.0, 0.0]]
+    assert _exit_loops(Convergence(0.0), [[0.5] * 4], kls) == [4]
+
+
 def test_fixed_stops_every_token_at_its_loop_capped_by_the_run() -> None:
     lambdas = [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
     assert _exit_loops(Fixed(2), lambdas) == [2, 2]
