@@ -84,7 +84,7 @@ JOURNAL = make_row(
     venue="Journal of Loops",
     topics=["halting", "kv-cache"],
 )
-PREPRINT = make_row(2, slug="preprint-work", title="The Preprint", month="2025-11", venue="arXiv")
+PREPRINT = make_row(2, slug="preprint-work", title="Déjà Vu, Again", month="2025-11", venue="arXiv")
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_bibtex_fields_of_a_journal_work_and_a_preprint(client, two_works) -> No
         "month": "apr",
     }
     assert {field.key: field.value for field in preprint.fields} == {
-        "title": "{The Preprint}",
+        "title": "{Déjà Vu, Again}",
         "author": "Ada Lovelace2",
         "year": "2025",
         "note": f"Loop Atlas: {PAGE}preprint-work/",
@@ -154,7 +154,7 @@ def test_ris_fields_of_a_journal_work_and_a_preprint(client, two_works) -> None:
     assert records[keys["preprint-work"]] == {
         "type_of_reference": "UNPB",
         "id": keys["preprint-work"],
-        "title": "The Preprint",
+        "title": "Déjà Vu, Again",
         "authors": ["Ada Lovelace2"],
         "year": "2025",
         "date": "2025/11",
@@ -190,3 +190,10 @@ def test_json_states_the_version_and_count_and_each_file_is_named_by_the_version
         response = client.get(f"/api/v1/export/?format={fmt}")
         expected = f'attachment; filename="loop-atlas-{version[:10]}.{extension}"'
         assert response["Content-Disposition"] == expected
+
+
+def test_json_is_indented_utf8_text(client, two_works) -> None:
+    # a person reads the file too: one field a line, accents as themselves
+    text, _ = _export_versioned(client, "json")
+    assert '\n  "count": 2,\n' in text
+    assert '"title": "Déjà Vu, Again"' in text
