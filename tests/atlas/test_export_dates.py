@@ -11,6 +11,7 @@ import bibtexparser
 import pytest
 import rispy
 
+from atlas.exports import citation_key_base
 from atlas.models import Work
 from atlas.records import record_from_row
 from atlas.services import atlas_load
@@ -101,7 +102,9 @@ def test_bibtex_fields_of_a_journal_work_and_a_preprint(client, two_works) -> No
     text, version = _export_versioned(client, "bibtex")
     library = bibtexparser.parse_string(text)
     keys = _keys(client)
-    # then
+    # then: the comment and two entries, a blank line apart
+    blocks = text.rstrip("\n").split("\n\n")
+    assert len(blocks) == 3 and all(b.startswith("@") and b.endswith("}") for b in blocks)
     assert library.failed_blocks == []
     assert library.comments[0].comment == f"Loop Atlas export, 2 works, data version {version}"
     entries = {entry.key: entry for entry in library.entries}
@@ -136,6 +139,7 @@ def test_ris_fields_of_a_journal_work_and_a_preprint(client, two_works) -> None:
     text, version = _export_versioned(client, "ris")
     keys = _keys(client)
     records = {record["id"]: record for record in rispy.loads(text)}
+    assert text.count("\nER  - \n") == 2  # each record ends with an empty ER line
     database = f"Loop Atlas (data version {version})"
     assert records[keys["journal-work"]] == {
         "type_of_reference": "JOUR",
@@ -197,3 +201,8 @@ def test_json_is_indented_utf8_text(client, two_works) -> None:
     text, _ = _export_versioned(client, "json")
     assert '\n  "count": 2,\n' in text
     assert '"title": "Déjà Vu, Again"' in text
+
+
+def test_a_title_of_stopwords_only_keys_the_work_as_work() -> None:
+    key = citation_key_base(authors=["Ada Lovelace"], year=2024, title="On the")
+    assert key == "lovelace2024work"
