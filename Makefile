@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint mutation
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
@@ -31,3 +31,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
+
+# Not part of CI: mutmut over the core modules, one at a time (see README, "Mutation testing").
+mutation: setup
+	VENV=$(VENV) scripts/mutation

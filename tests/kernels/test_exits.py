@@ -114,3 +114,38 @@ def test_matches_the_reference_exit_distribution(reference):
         pdf.cumsum(-1).movedim(-1, 0), reference["exit_cdf"], atol=1e-6, rtol=0
     )
     assert torch.equal(steps - 1, reference["threshold_exit_steps"])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([], "expected at least one conditional exit probability"),
+        ([0.2, 1.5], r"conditional exit probabilities must lie in \[0, 1\]"),
+        (torch.tensor(0.5), r"expected at least one loop \(a non-empty last dimension\)"),
+        (torch.zeros(2, 0), r"expected at least one loop \(a non-empty last dimension\)"),
+        (torch.tensor([[0.2, -0.1]]), r"conditional exit probabilities must lie in \[0, 1\]"),
+    ],
+)
+def test_invalid_lambdas_are_refused_saying_why(bad, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        exits.stopping_distribution(bad)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (2, 1, 3)])
+def test_tensors_of_any_batch_shape_reduce_over_their_last_dimension(shape):
+    # given the seed's toy in every row, loops last
+    lam = torch.tensor([0.2, 0.5, 1.0]).expand(shape)
+    # then
+    assert exits.q_exit(lam, 0.5).shape == shape[:-1]
+    assert (exits.q_exit(lam, 0.5) == 2).all() and (exits.q_exit(lam, 1.0) == 3).all()
+    torch.testing.assert_close(exits.expected_depth(lam), torch.full(shape[:-1], 2.2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_gates_are_computed_in_float32(dtype):
+    # given λ that bfloat16/float16 cannot carry through a product of (1 − λ) exactly
+    lam = torch.tensor([[0.1, 0.3, 0.7, 1.0]], dtype=dtype)
+    # then the masses come back in float32, exact for the values the gates hold
+    p = exits.stopping_distribution(lam)
+    assert p.dtype == torch.float32
+    torch.testing.assert_close(p, exits.stopping_distribution(lam.float()), atol=0, rtol=0)
