@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from kernels.batch import ContinuousBatch, RunUpdate
-from kernels.offline.bench import random_model
 from kernels.checkpoint import LoadedModel, load_checkpoint
+from kernels.offline.bench import random_model
 from kernels.stream import GenerationParams, generate_stream
 
 PROMPTS = [
