@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from kernels.params import RunParams
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
@@ -43,34 +44,16 @@ def run_enqueue(*, run: Run) -> None:
 
 
 MAX_PROMPT_CHARS = 2000
-MAX_NEW_TOKENS = 256
-# kernels.stream.EXIT_RULES and kernels.rules.POLICIES, named here so that the web
-# process validates without importing torch (a test keeps them equal).
-EXIT_RULES = ("q-exit", "convergence", "fixed")
-KV_POLICIES = ("best-available", "select", "recompute-kv")
 
 
 def run_params_clean(
-    *,
-    prompt: str,
-    model: str = "",
-    exit_rule: str = "q-exit",
-    q: float = 0.7,
-    loops: int | None = None,
-    extrapolate: bool = False,
-    kv_policy: str = "best-available",
-    max_new_tokens: int = 64,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    top_k: int = 5,
-    kl_threshold: float = 1e-3,
-    fixed_loops: int | None = None,
+    *, prompt: str, model: str = "", extrapolate: bool = False, **values: Any
 ) -> tuple[ModelInfo, dict[str, Any]]:
-    """Check a submission against the rules and the chosen model.
+    """Check a submission against ``RunParams``'s bounds and the chosen model.
 
-    Returns the model and ``Run.params`` (the ``GenerationParams`` fields plus
-    ``extrapolate``); raises ``ValidationError({field: [message]})`` naming each bad field.
+    ``values`` are ``RunParams`` fields (defaults for the rest). Returns the model and
+    ``Run.params`` (the ``RunParams`` fields plus ``extrapolate``); raises
+    ``ValidationError({field: [message]})`` naming each bad field.
     """
     errors: dict[str, list[str]] = {}
 
@@ -81,18 +64,10 @@ def run_params_clean(
     check("prompt", bool(prompt and prompt.strip()), "must not be blank")
     check("prompt", len(prompt) <= MAX_PROMPT_CHARS, f"at most {MAX_PROMPT_CHARS} characters")
     check("prompt", "\x00" not in prompt, "must not contain NUL characters")
-    check("exit_rule", exit_rule in EXIT_RULES, f"one of {', '.join(EXIT_RULES)}")
-    check("q", 0 < q <= 1, "must lie in (0, 1]")
-    check("kv_policy", kv_policy in KV_POLICIES, f"one of {', '.join(KV_POLICIES)}")
-    check("max_new_tokens", 0 <= max_new_tokens <= MAX_NEW_TOKENS, f"0 to {MAX_NEW_TOKENS}")
-    check("temperature", temperature >= 0, "must be >= 0 (0 = greedy)")
-    check("top_p", 0 < top_p <= 1, "must lie in (0, 1]")
-    check("seed", 0 <= seed < 2**63, "must be a non-negative 64-bit integer")
-    check("top_k", 0 <= top_k <= 20, "0 to 20")
-    check("kl_threshold", kl_threshold > 0, "must be > 0")
-    check("loops", loops is None or loops >= 1, "must be >= 1")
-    if exit_rule == "fixed":
-        check("fixed_loops", fixed_loops is not None and fixed_loops >= 1, "must be >= 1")
+    params = RunParams(**values)
+    for field, rule in params.errors().items():
+        check(field, False, rule)
+    loops, max_new_tokens = params.loops, params.max_new_tokens
     name = model or default_model_name()
     info = model_get(name=name)
     if info is None:
@@ -119,23 +94,11 @@ def run_params_clean(
                 f"{count} tokens + max_new_tokens {max_new_tokens} exceed the "
                 f"{info.max_positions} positions of {name}",
             )
+        if params.fixed_loops is not None and info.max_loops is not None:
+            check("fixed_loops", params.fixed_loops <= info.max_loops, f"at most {info.max_loops}")
     if errors:
         raise ValidationError(errors)
-    params = {
-        "max_new_tokens": max_new_tokens,
-        "exit_rule": exit_rule,
-        "q": q,
-        "kl_threshold": kl_threshold,
-        "fixed_loops": fixed_loops,
-        "loops": loops,
-        "kv_policy": kv_policy,
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": seed,
-        "top_k": top_k,
-        "extrapolate": extrapolate,
-    }
-    return info, params
+    return info, asdict(params) | {"extrapolate": extrapolate}
 
 
 @transaction.atomic

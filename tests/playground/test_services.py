@@ -469,8 +469,7 @@ def test_event_texts_are_stored_with_nul_shown_as_a_symbol():
 
 
 def test_the_submit_vocabularies_are_the_engines():
+    from kernels.params import CHOICES
     from kernels.rules import POLICIES
-    from kernels.stream import EXIT_RULES
 
-    assert set(services.EXIT_RULES) == set(EXIT_RULES)
-    assert set(services.KV_POLICIES) == set(POLICIES)
+    assert set(CHOICES["kv_policy"]) == set(POLICIES)
