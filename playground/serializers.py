@@ -95,3 +95,16 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_cancel_url(self, run: Run) -> str:
         return f"/api/v1/runs/{run.id}/cancel/"
+
+
+class RunCreatedSerializer(RunSerializer):
+    """The 201 of a submit: the run and the token that stops it, shown this once."""
+
+    cancel_token = serializers.CharField(
+        read_only=True,
+        help_text="Send it as X-Cancel-Token to POST cancel_url; only its hash is stored.",
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = (*RunSerializer.Meta.fields, "cancel_token")
+        read_only_fields = fields

@@ -10,6 +10,7 @@ failed with the reason, so none stays ``running``.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import uuid
 from dataclasses import asdict, dataclass
@@ -25,12 +26,21 @@ from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
 from playground.recording import RunControl, TokenWriter
+from playground.visitors import secret_hash
 
 logger = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
     """More runs are queued or running than ``PLAYGROUND_MAX_QUEUED``."""
+
+
+class VisitorLimit(Exception):
+    """This visitor already has ``PLAYGROUND_VISITOR_ACTIVE`` runs queued or running."""
+
+
+class NotOwner(Exception):
+    """Only a run's creator may stop it."""
 
 
 class ModelUnavailable(Exception):
@@ -102,22 +112,36 @@ def run_params_clean(
 
 
 @transaction.atomic
-def run_submit(*, prompt: str, **params: Any) -> Run:
+def run_submit(*, prompt: str, visitor: str = "", owner_secret: str = "", **params: Any) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
 
-    Keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
-    first configured). Raises ``ValidationError`` naming the bad fields, and ``QueueFull``
-    when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
+    ``visitor`` (``playground.visitors``) is who submits, held to
+    ``PLAYGROUND_VISITOR_ACTIVE`` active runs; ``owner_secret`` (a session's secret or an
+    API cancel token) is what stopping the run will need, stored as its hash. The other
+    keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
+    first configured). Raises ``ValidationError`` naming the bad fields, ``VisitorLimit``,
+    and ``QueueFull`` when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
     run_fail_stale()
+    limit = settings.PLAYGROUND_VISITOR_ACTIVE
+    if visitor and selectors.run_active_count(visitor=visitor) >= limit:
+        raise VisitorLimit(
+            f"You already have {limit} runs queued or running (the limit per visitor, "
+            "PLAYGROUND_VISITOR_ACTIVE); wait for one to finish or stop it."
+        )
     if selectors.run_active_count() >= settings.PLAYGROUND_MAX_QUEUED:
         raise QueueFull(
             f"The playground is busy: {settings.PLAYGROUND_MAX_QUEUED} runs are already "
             "queued or running. Try again in a minute."
         )
     run = Run.objects.create(
-        prompt=prompt, model=model.name, params=run_params, trained_loops=model.loops
+        prompt=prompt,
+        model=model.name,
+        params=run_params,
+        trained_loops=model.loops,
+        visitor=visitor,
+        owner_hash=secret_hash(owner_secret) if owner_secret else "",
     )
     transaction.on_commit(lambda: run_enqueue(run=run))
     return run
@@ -134,6 +158,24 @@ def run_cancel(*, run: Run) -> Run:
     if updated:
         _publish_end(run)
     return run
+
+
+def run_stop(*, run: Run, secret: str) -> Run:
+    """``run_cancel`` for the run's creator only: ``secret`` is the session's owner secret
+    or the cancel token the API returned; anyone else gets ``NotOwner``."""
+    if not run_owned(run=run, secret=secret):
+        raise NotOwner(
+            "Only the visitor who started this run can stop it: from the page, the same "
+            "browser session; from the API, the cancel_token returned when it was created "
+            "(header X-Cancel-Token)."
+        )
+    return run_cancel(run=run)
+
+
+def run_owned(*, run: Run, secret: str) -> bool:
+    return bool(secret and run.owner_hash) and hmac.compare_digest(
+        secret_hash(secret), run.owner_hash
+    )
 
 
 def run_fail(*, run_id: uuid.UUID | str, reason: str, only_worker: str = "") -> bool:

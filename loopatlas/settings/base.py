@@ -11,6 +11,8 @@ Variables (all optional on the embedded default):
     PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
                            shipped ``pydoc-loop`` comes first (the default) unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
+    PLAYGROUND_VISITOR_ACTIVE / _SUBMITS / _STREAMS  per-visitor limits (2, 12/minute, 20).
+    NUM_PROXIES    proxies in front whose X-Forwarded-For is trusted (default 0: none).
 """
 
 from pathlib import Path
@@ -165,8 +167,10 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
+        "playground_submits": env_str("PLAYGROUND_VISITOR_SUBMITS", "12/minute"),
     },
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0) or None,
+    # Proxies in front whose X-Forwarded-For is trusted; 0 (default) trusts none.
+    "NUM_PROXIES": env_int("NUM_PROXIES", 0),
 }
 
 # Reads keep their data in the cache under their ETag (which names the data version),
@@ -221,6 +225,10 @@ def _playground_models(raw: str) -> dict[str, Path]:
 # listed as unavailable and refused at submit; it never breaks startup.
 PLAYGROUND_MODELS = _playground_models(env_str("PLAYGROUND_MODELS"))
 PLAYGROUND_MAX_QUEUED = env_int("PLAYGROUND_MAX_QUEUED", 8)
+# Per visitor (playground.visitors): runs queued or running, and open event streams per
+# address (the submit rate per address is the throttle rate "playground_submits" above).
+PLAYGROUND_VISITOR_ACTIVE = env_int("PLAYGROUND_VISITOR_ACTIVE", 2)
+PLAYGROUND_VISITOR_STREAMS = env_int("PLAYGROUND_VISITOR_STREAMS", 20)
 # A running run whose worker has not written a heartbeat for this long is marked failed.
 PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
 # A queued run no worker has taken for this long is failed (no worker on queue gpu?), so
