@@ -3,7 +3,8 @@
 - ``POST /api/v1/runs/``: submit (201 with the run and its ``cancel_token``, returned only
   here; 400 naming the field; 429 naming the limit: this address's active runs
   ``PLAYGROUND_VISITOR_ACTIVE`` or submit rate ``PLAYGROUND_VISITOR_SUBMITS``, or the
-  site-wide ``PLAYGROUND_MAX_QUEUED``).
+  site-wide ``PLAYGROUND_MAX_QUEUED``; 503 when the run queue (the broker) cannot be
+  reached: the run is then stored failed with the reason, holding no queue slot).
 - ``GET /api/v1/runs/`` (recent first, paginated) and ``GET /api/v1/runs/<id>/``.
 - ``GET /api/v1/runs/<id>/tokens/``: the token records as JSON, or CSV with
   ``?format=csv`` / ``Accept: text/csv`` (one row per token, cumulative per loop).
@@ -51,6 +52,11 @@ ERRORS = {
 class QueueFullError(APIException):
     status_code = status.HTTP_429_TOO_MANY_REQUESTS
     default_code = "queue_full"
+
+
+class BrokerDownError(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "broker_unavailable"
 
 
 class TokensCSVRenderer(BaseRenderer):
@@ -106,6 +112,7 @@ class RunViewSet(
             201: RunCreatedSerializer,
             400: ERRORS[400],
             429: OpenApiResponse(description="Over a limit, which the body names."),
+            503: OpenApiResponse(description="The run queue is unreachable; nothing queued."),
         },
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
@@ -120,6 +127,8 @@ class RunViewSet(
             raise ValidationError(exc.message_dict) from exc
         except (services.QueueFull, services.VisitorLimit) as exc:
             raise QueueFullError(str(exc)) from exc
+        except services.BrokerUnavailable as exc:
+            raise BrokerDownError(str(exc)) from exc
         run.cancel_token = token  # type: ignore[attr-defined]  # shown once, never stored
         body = RunCreatedSerializer(run).data
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})

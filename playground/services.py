@@ -47,10 +47,31 @@ class ModelUnavailable(Exception):
     """The named checkpoint is not configured or its directory cannot be read."""
 
 
-def run_enqueue(*, run: Run) -> None:
-    from workers.tasks import run_generate
+class BrokerUnavailable(Exception):
+    """The run could not be handed to the workers' queue; it was failed, holding no slot."""
 
-    run_generate.delay(str(run.id))
+
+GENERATE_TASK = "workers.tasks.run_generate"
+
+
+def run_enqueue(*, run: Run) -> None:
+    """Send the run's generation to the workers, by task name (the web side does not
+    import the worker's code). A broker that cannot take it fails the run with the
+    reason and raises ``BrokerUnavailable``: no run is left queued with no task behind it.
+    """
+    from kombu.exceptions import OperationalError
+
+    from workers import celery_app
+
+    try:
+        celery_app.send_task(GENERATE_TASK, args=[str(run.id)])
+    except (OperationalError, OSError) as exc:
+        reason = f"the run queue (broker) could not be reached: {exc}"
+        run_fail(run_id=run.id, reason=reason)
+        raise BrokerUnavailable(
+            "The playground cannot start runs right now: its run queue is unreachable. "
+            "Nothing was queued; try again in a minute."
+        ) from exc
 
 
 MAX_PROMPT_CHARS = 2000

@@ -46,6 +46,9 @@ def _submit(request: HttpRequest, form: RunForm) -> HttpResponse:
         except (services.QueueFull, services.VisitorLimit) as exc:
             form.add_error(None, str(exc))
             status = 429
+        except services.BrokerUnavailable as exc:
+            form.add_error(None, str(exc))
+            status = 503
         except ValidationError as exc:
             _add_errors(form, exc)
         else:
