@@ -19,25 +19,35 @@ What is stored comes first, from the database (a late viewer, a permalink replay
 resume), then live events: from the run's Redis stream in the full stack, by polling the
 database in the embedded mode. Positions only increase, so nothing is sent twice and,
 since the worker stores each token before it publishes it, nothing is skipped. The view
-is async (ASGI), and its database reads go through ``pooled``: a viewer waiting on Redis
-or sleeping between polls holds no thread and no database connection.
+is async (ASGI), every middleware in front of it is async-capable (so Django runs the
+chain on the event loop), and its database reads go through ``pooled``: a viewer waiting
+on Redis or sleeping between polls holds no thread and no database connection. An address
+may hold ``PLAYGROUND_VISITOR_STREAMS`` open streams; one more is a 429.
 """
 
 import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
-from django.http import Http404, HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    StreamingHttpResponse,
+)
 
 from playground import selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
+from playground.visitors import visitor_address
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +90,51 @@ def last_event_id(request: HttpRequest) -> int | None:
     return value if value >= -1 else None
 
 
-async def run_events(request: HttpRequest, run_id) -> StreamingHttpResponse:
+class OpenStreams:
+    """Event streams open in this process, per client address (``visitor_address``).
+
+    A stream counts from its first chunk until it closes (a ``finally``, so a viewer who
+    goes away is counted off too); the view refuses a new one at the cap. Per process:
+    with several web processes each holds its own count.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def full(self, address: str) -> bool:
+        return self.counts[address] >= settings.PLAYGROUND_VISITOR_STREAMS
+
+    async def counted(self, address: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        self.counts[address] += 1
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            self.counts[address] -= 1
+            if not self.counts[address]:
+                del self.counts[address]
+
+
+open_streams = OpenStreams()
+
+
+async def run_events(request: HttpRequest, run_id) -> HttpResponse:
     after = last_event_id(request)
     if after is None:
         return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
+    address = visitor_address(request)
+    if open_streams.full(address):
+        limit = settings.PLAYGROUND_VISITOR_STREAMS
+        return HttpResponse(
+            f"Too many open event streams from your address: at most {limit} "
+            "(PLAYGROUND_VISITOR_STREAMS). Close one and retry.",
+            status=429,
+            content_type="text/plain",
+        )
     run = await pooled(selectors.run_get)(run_id=run_id)
     if run is None:
         raise Http404(f"No run with id {run_id}.")
-    events = run_event_stream(run=run, after=after)
+    events = open_streams.counted(address, run_event_stream(run=run, after=after))
     response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once

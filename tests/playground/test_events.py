@@ -13,7 +13,7 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from playground import services, streams
-from playground.events import pooled, run_event_stream
+from playground.events import open_streams, pooled, run_event_stream
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
 from tests.playground.stack import parse_sse
@@ -196,6 +196,51 @@ def test_an_unknown_run_is_a_404(db):
 
     # then
     assert response.status_code == 404
+
+
+def test_an_address_over_its_open_streams_gets_429_until_one_closes(run_factory, settings):
+    # given: an address already holding its two streams (counted as they are read)
+    settings.PLAYGROUND_VISITOR_STREAMS = 2
+    run = run_factory(tokens=3, status="done")
+    address = "address:127.0.0.1"
+
+    async def chunks():
+        yield "x"
+        await asyncio.sleep(30)
+
+    async def go():
+        held = [open_streams.counted(address, chunks()) for _ in range(2)]
+        for stream in held:
+            await anext(stream)
+        refused = await AsyncClient().get(run.get_events_url())
+        other = open_streams.full("address:10.1.1.1")
+        await held[0].aclose()  # a viewer goes away
+        allowed = await AsyncClient().get(run.get_events_url())
+        await held[1].aclose()
+        return refused, other, allowed
+
+    # when
+    refused, other, allowed = run_async(go())
+
+    # then
+    assert refused.status_code == 429
+    assert "PLAYGROUND_VISITOR_STREAMS" in refused.content.decode()
+    assert other is False and allowed.status_code == 200
+    assert not open_streams.counts
+
+
+def test_no_middleware_puts_the_stream_on_a_thread(settings):
+    """One sync-only middleware makes Django adapt the chain around it with
+    ``sync_to_async``: every request, each open stream included, then holds a thread."""
+    from django.utils.module_loading import import_string
+
+    # then
+    sync_only = [
+        path
+        for path in settings.MIDDLEWARE
+        if not getattr(import_string(path), "async_capable", False)
+    ]
+    assert sync_only == []
 
 
 # -- the full stack's Redis stream
