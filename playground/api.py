@@ -121,7 +121,7 @@ class RunViewSet(
         token = secret_new()
         try:
             run = services.run_submit(
-                **form.validated_data, visitor=visitor_address(request), owner_secret=token
+                **form.validated_data, visitor=visitor_address(request.META), owner_secret=token
             )
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from exc

@@ -10,7 +10,8 @@ class RunSubmitThrottle(AnonRateThrottle):
 
     def get_rate(self) -> str | None:
         """The rate as the settings say now (DRF reads its class attribute once, at import)."""
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return str(rate) if rate is not None else None
 
     def refusal(self, wait: float | None) -> str:
         """The 429's message, naming the limit."""

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
 
 from django.http import HttpRequest
+from django.http.request import HttpHeaders
 from rest_framework.throttling import BaseThrottle
 
 SESSION_SECRET = "playground_owner"
@@ -34,8 +38,11 @@ def secret_new() -> str:
     return secrets.token_urlsafe(32)
 
 
-def visitor_address(request: HttpRequest) -> str:
-    """The client address, trusting forwarded headers only as far as ``NUM_PROXIES``."""
+def visitor_address(meta: Mapping[str, str]) -> str:
+    """The client address from a request's ``META`` (``REMOTE_ADDR``,
+    ``HTTP_X_FORWARDED_FOR``), trusting forwarded headers only as far as ``NUM_PROXIES``."""
+    # get_ident reads only these two attributes, which a plain ASGI scope can give too.
+    request: Any = SimpleNamespace(META=meta, headers=HttpHeaders(meta))
     return f"address:{BaseThrottle().get_ident(request)}"
 
 

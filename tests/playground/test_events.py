@@ -243,6 +243,70 @@ def test_no_middleware_puts_the_stream_on_a_thread(settings):
     assert sync_only == []
 
 
+# -- the same stream served in front of Django (playground.asgi)
+
+
+def asgi_get(path: str, *, disconnect_after: float | None = None, query: bytes = b""):
+    """Call the project's ASGI application; returns the status and the body sent."""
+    from loopatlas.asgi import application
+
+    sent: list[dict] = []
+
+    async def receive():
+        if disconnect_after is None:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(disconnect_after)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": query,
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000),
+    }
+
+    async def go():
+        async with asyncio.timeout(20):
+            await application(scope, receive, send)
+
+    run_async(go())
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], dict(sent[0]["headers"]), body.decode()
+
+
+def test_the_asgi_front_streams_a_run_without_entering_django(run_factory):
+    # given
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    status, headers, body = asgi_get(run.get_events_url(), query=b"last_event_id=0")
+    missing = asgi_get("/runs/00000000-0000-0000-0000-000000000000/events")
+    malformed = asgi_get(run.get_events_url(), query=b"last_event_id=x")
+
+    # then
+    assert (status, headers[b"content-type"]) == (200, b"text/event-stream")
+    assert [e.get("id") for e in parse([body])] == [None, "1", "2", None]
+    assert (missing[0], malformed[0]) == (404, 400)
+
+
+def test_a_viewer_going_away_closes_its_stream_and_is_counted_off(run_factory):
+    # given a run that is still going (nothing more will come)
+    run = run_factory(tokens=2, status="running", heartbeat_at=timezone.now())
+
+    # when the viewer disconnects after a moment
+    status, _, body = asgi_get(run.get_events_url(), disconnect_after=0.5)
+
+    # then the relay stopped there, and the address holds no stream
+    assert status == 200
+    assert [e.get("event") for e in parse([body])] == ["run", "token", "token"]
+    assert not open_streams.counts
+
+
 # -- the full stack's Redis stream
 
 
