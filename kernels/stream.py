@@ -14,48 +14,24 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine, PrefillResult, TokenRecord
+from kernels.params import RunParams
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit, kv_policy
 from kernels.sampling import Sampler
 from kernels.work import FlopModel, Work
 
-EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
-
 
 @dataclass
-class GenerationParams:
-    """One request's settings; ``validate`` raises ``ValueError`` with a clear message."""
+class GenerationParams(RunParams):
+    """One request's settings (the fields, defaults and bounds of ``RunParams``);
+    ``validate`` raises ``ValueError`` with a clear message."""
 
-    max_new_tokens: int = 64
-    exit_rule: str = "q-exit"  # one of EXIT_RULES
-    q: float = 0.7  # q-exit threshold in (0, 1]
-    kl_threshold: float = 1e-3  # convergence: exit when KL(p_{t-1} ‖ p_t) < threshold
-    fixed_loops: int | None = None  # fixed: exit after this many loops
-    act_eps: float = 0.01  # act: exit once the gates sum to 1 - act_eps
-    loops: int | None = None  # T at inference; None = the checkpoint's total_ut_steps
-    kv_policy: str = "best-available"  # "best-available" | "select" | "recompute-kv"
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    seed: int = 0
-    top_k: int = 5  # logit-lens width per computed loop
-
-    def validate(self) -> GenerationParams:
-        if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
-        if self.exit_rule not in EXIT_RULES:
-            raise ValueError(
-                f"unknown exit rule {self.exit_rule!r}; known: {', '.join(EXIT_RULES)}"
-            )
-        if self.exit_rule == "fixed" and self.fixed_loops is None:
-            raise ValueError("the fixed exit rule needs fixed_loops")
-        if self.loops is not None and self.loops < 1:
-            raise ValueError(f"loops must be >= 1, got {self.loops}")
-        if not 0 <= self.top_k <= 50:
-            raise ValueError(f"top_k must lie in [0, 50], got {self.top_k}")
+    def validate(self) -> Self:
+        super().validate()
         kv_policy(self.kv_policy)
         self.rule()
         Sampler(temperature=self.temperature, top_p=self.top_p, seed=self.seed)

@@ -1,11 +1,16 @@
 """The runs API (v1), registered as ``runs`` in ``loopatlas/api/urls.py``.
 
-- ``POST /api/v1/runs/``: submit (201 with the run; 400 naming the field; 429 when
-  ``PLAYGROUND_MAX_QUEUED`` runs are queued or running).
+- ``POST /api/v1/runs/``: submit (201 with the run and its ``cancel_token``, returned only
+  here; 400 naming the field; 429 naming the limit: this address's active runs
+  ``PLAYGROUND_VISITOR_ACTIVE`` or submit rate ``PLAYGROUND_VISITOR_SUBMITS``, or the
+  site-wide ``PLAYGROUND_MAX_QUEUED``; 503 when the run queue (the broker) cannot be
+  reached: the run is then stored failed with the reason, holding no queue slot).
 - ``GET /api/v1/runs/`` (recent first, paginated) and ``GET /api/v1/runs/<id>/``.
 - ``GET /api/v1/runs/<id>/tokens/``: the token records as JSON, or CSV with
   ``?format=csv`` / ``Accept: text/csv`` (one row per token, cumulative per loop).
-- ``POST /api/v1/runs/<id>/cancel/``: 202; the run stops between tokens, ``cancelled``.
+- ``POST /api/v1/runs/<id>/cancel/``: 202 for the run's creator (its ``cancel_token`` in
+  the ``X-Cancel-Token`` header, or the page session that started it); the
+  run stops between tokens, ``cancelled``. Anyone else: 403.
 - ``GET /api/v1/runs/models/``: the configured checkpoints (T, availability).
 
 The live events are not here but at ``/runs/<id>/events`` (``playground.events``).
@@ -19,7 +24,13 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    NotFound,
+    PermissionDenied,
+    Throttled,
+    ValidationError,
+)
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,7 +39,9 @@ from loopatlas.api.conventions import StrictFilterBackend
 from playground import selectors, services
 from playground.checkpoints import model_catalog
 from playground.models import Run
-from playground.serializers import RunCreateSerializer, RunSerializer
+from playground.serializers import RunCreatedSerializer, RunCreateSerializer, RunSerializer
+from playground.throttles import RunSubmitThrottle
+from playground.visitors import secret_new, session_secret, visitor_address
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid parameters; the body names them."),
@@ -39,6 +52,11 @@ ERRORS = {
 class QueueFullError(APIException):
     status_code = status.HTTP_429_TOO_MANY_REQUESTS
     default_code = "queue_full"
+
+
+class BrokerDownError(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "broker_unavailable"
 
 
 class TokensCSVRenderer(BaseRenderer):
@@ -72,6 +90,12 @@ class RunViewSet(
         "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     )
 
+    def get_throttles(self) -> list[RunSubmitThrottle]:
+        return [RunSubmitThrottle()] if self.action == "create" else []
+
+    def throttled(self, request: Request, wait: float | None) -> None:
+        raise Throttled(wait, detail=RunSubmitThrottle().refusal(wait))
+
     def get_queryset(self) -> QuerySet[Run]:
         return selectors.run_list()
 
@@ -85,21 +109,28 @@ class RunViewSet(
     @extend_schema(
         request=RunCreateSerializer,
         responses={
-            201: RunSerializer,
+            201: RunCreatedSerializer,
             400: ERRORS[400],
-            429: OpenApiResponse(description="Too many runs are queued; try again later."),
+            429: OpenApiResponse(description="Over a limit, which the body names."),
+            503: OpenApiResponse(description="The run queue is unreachable; nothing queued."),
         },
     )
     def create(self, request: Request, *args, **kwargs) -> Response:
         form = RunCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
+        token = secret_new()
         try:
-            run = services.run_submit(**form.validated_data)
+            run = services.run_submit(
+                **form.validated_data, visitor=visitor_address(request.META), owner_secret=token
+            )
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from exc
-        except services.QueueFull as exc:
+        except (services.QueueFull, services.VisitorLimit) as exc:
             raise QueueFullError(str(exc)) from exc
-        body = RunSerializer(run).data
+        except services.BrokerUnavailable as exc:
+            raise BrokerDownError(str(exc)) from exc
+        run.cancel_token = token  # type: ignore[attr-defined]  # shown once, never stored
+        body = RunCreatedSerializer(run).data
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
 
     @extend_schema(
@@ -121,10 +152,21 @@ class RunViewSet(
             )
         return Response(selectors.run_token_dicts(run=run))
 
-    @extend_schema(request=None, responses={202: RunSerializer, **ERRORS})
+    @extend_schema(
+        request=None,
+        responses={
+            202: RunSerializer,
+            403: OpenApiResponse(description="Not the run's creator."),
+            **ERRORS,
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, id: str) -> Response:
-        run = services.run_cancel(run=self.get_object())
+        secret = request.headers.get("X-Cancel-Token") or session_secret(request)
+        try:
+            run = services.run_stop(run=self.get_object(), secret=secret)
+        except services.NotOwner as exc:
+            raise PermissionDenied(str(exc)) from exc
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(

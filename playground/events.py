@@ -19,33 +19,33 @@ What is stored comes first, from the database (a late viewer, a permalink replay
 resume), then live events: from the run's Redis stream in the full stack, by polling the
 database in the embedded mode. Positions only increase, so nothing is sent twice and,
 since the worker stores each token before it publishes it, nothing is skipped. The view
-is async (ASGI), and its database reads go through ``pooled``: a viewer waiting on Redis
-or sleeping between polls holds no thread and no database connection.
+is async (ASGI), every middleware in front of it is async-capable (so Django runs the
+chain on the event loop), and its database reads go through ``pooled``: a viewer waiting
+on Redis or sleeping between polls holds no thread and no database connection. An address
+may hold ``PLAYGROUND_VISITOR_STREAMS`` open streams; one more is a 429.
 """
 
 import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import cast
-from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
-from django.http import (
-    Http404,
-    HttpRequest,
-    HttpResponseBadRequest,
-    HttpResponseBase,
-    StreamingHttpResponse,
-)
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from playground import selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
+from playground.visitors import visitor_address
 
 logger = logging.getLogger(__name__)
 
@@ -78,28 +78,93 @@ def sse(event: str, data: object, id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def last_event_id(request: HttpRequest) -> int | None:
+def last_event_id(raw: str | None) -> int | None:
     """The position to resume after (-1: from the start); None when it is malformed."""
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "-1"
     try:
-        value = int(raw)
+        value = int(raw or "-1")
     except ValueError:
         return None
     return value if value >= -1 else None
 
 
-async def run_events(request: HttpRequest, run_id: UUID) -> HttpResponseBase:
-    after = last_event_id(request)
+class OpenStreams:
+    """Event streams open in this process, per client address (``visitor_address``).
+
+    A stream counts from its first chunk until it closes (a ``finally``, so a viewer who
+    goes away is counted off too); the view refuses a new one at the cap. Per process:
+    with several web processes each holds its own count.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def full(self, address: str) -> bool:
+        return self.counts[address] >= settings.PLAYGROUND_VISITOR_STREAMS
+
+    async def counted(self, address: str, chunks: AsyncGenerator[str]) -> AsyncGenerator[str]:
+        self.counts[address] += 1
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()  # its own cleanup (a Redis client) now, not at collection
+            self.counts[address] -= 1
+            if not self.counts[address]:
+                del self.counts[address]
+
+
+open_streams = OpenStreams()
+
+
+STREAM_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # proxies: pass each event on at once
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+@dataclass
+class EventsReply:
+    """What a request for a run's events gets: the stream, or a refusal and its reason."""
+
+    status: int
+    reason: str = ""
+    chunks: AsyncGenerator[str] | None = None
+
+
+async def run_events_open(*, run_id: str, resume: str | None, address: str) -> EventsReply:
+    """Open ``run_id``'s event stream for the viewer at ``address`` (``visitor_address``),
+    after the position ``resume`` names (``Last-Event-ID``); 400, 404 or 429 otherwise."""
+    after = last_event_id(resume)
     if after is None:
-        return HttpResponseBadRequest("Last-Event-ID must be a token position (an integer).")
+        return EventsReply(400, "Last-Event-ID must be a token position (an integer).")
+    if open_streams.full(address):
+        return EventsReply(
+            429,
+            "Too many open event streams from your address: at most "
+            f"{settings.PLAYGROUND_VISITOR_STREAMS} (PLAYGROUND_VISITOR_STREAMS). "
+            "Close one and retry.",
+        )
     run = await pooled(selectors.run_get)(run_id=run_id)
     if run is None:
-        raise Http404(f"No run with id {run_id}.")
-    events = run_event_stream(run=run, after=after)
-    response = StreamingHttpResponse(events, content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # proxies: pass each event on at once
-    return response
+        return EventsReply(404, f"No run with id {run_id}.")
+    return EventsReply(
+        200, chunks=open_streams.counted(address, run_event_stream(run=run, after=after))
+    )
+
+
+async def run_events(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
+    """The stream through Django (the test client, WSGI); under ASGI, ``playground.asgi``
+    serves this path in front of Django, so no per-request thread is held."""
+    reply = await run_events_open(
+        run_id=str(run_id),
+        resume=request.headers.get("Last-Event-ID") or request.GET.get("last_event_id"),
+        address=visitor_address(request.META),
+    )
+    if reply.chunks is None:
+        return HttpResponse(reply.reason, status=reply.status, content_type="text/plain")
+    return StreamingHttpResponse(reply.chunks, headers=STREAM_HEADERS)
 
 
 def _block_ms() -> int:
@@ -165,7 +230,7 @@ class _Relay:
             await pooled(services.run_fail_stale)()
 
 
-async def run_event_stream(*, run: Run, after: int = -1) -> AsyncIterator[str]:
+async def run_event_stream(*, run: Run, after: int = -1) -> AsyncGenerator[str]:
     """The SSE text of ``run`` after position ``after`` until its ``done``/``error``."""
     relay = _Relay(run, after)
     yield sse("run", run_payload(run))

@@ -10,22 +10,44 @@ import json
 from typing import Any, cast
 
 from django import forms
+from django.core.exceptions import ValidationError
 
+from kernels.params import BOUNDS, CHOICES, RunParams
 from playground.checkpoints import ModelInfo, model_catalog
-from playground.services import MAX_NEW_TOKENS, MAX_PROMPT_CHARS
+from playground.services import MAX_PROMPT_CHARS
 
-EXIT_RULES = [
-    ("q-exit", "Q-exit (cumulative exit probability ≥ q)"),
-    ("convergence", "Convergence (prediction stops changing)"),
-    ("fixed", "Fixed (exactly T loops)"),
-    ("ponder", "PonderNet (stop at loop t with probability λ_t, seeded)"),
-    ("act", "ACT (stop once the gates λ sum to 0.99)"),
-]
-KV_POLICIES = [
-    ("best-available", "Best available: its deepest computed loop"),
-    ("recompute-kv", "Recompute K/V from its exit state"),
-    ("select", "Compute every loop, then select (baseline)"),
-]
+LABELS = {
+    "q-exit": "Q-exit (cumulative exit probability ≥ q)",
+    "convergence": "Convergence (prediction stops changing)",
+    "fixed": "Fixed (exactly T loops)",
+    "ponder": "PonderNet (stop at loop t with probability λ_t, seeded)",
+    "act": "ACT (stop once the gates λ sum to 1 − ε)",
+    "best-available": "Best available: its deepest computed loop",
+    "recompute-kv": "Recompute K/V from its exit state",
+    "select": "Compute every loop, then select (baseline)",
+}
+DEFAULTS = RunParams()
+# Shown when the visitor switches to sampling; greedy (the default) sends temperature 0.
+SAMPLING_INITIAL = {"temperature": 0.8, "top_p": 0.95}
+
+
+def _choices(name: str) -> list[tuple[str, str]]:
+    return [(value, LABELS[value]) for value in CHOICES[name]]
+
+
+def _bounded(kind: type[forms.Field], name: str, **options: Any) -> Any:
+    """A number input bounded and initialised by ``RunParams`` (``BOUNDS``, defaults)."""
+    bound = BOUNDS[name]
+    validators = []
+    if bound.low_open:
+
+        def above(value: float) -> None:
+            if value is not None and value <= bound.low:
+                raise ValidationError(f"Ensure this value is greater than {bound.low}.")
+
+        validators.append(above)
+    options.setdefault("initial", getattr(DEFAULTS, name))
+    return kind(min_value=bound.low, max_value=bound.high, validators=validators, **options)
 
 
 class ModelSelect(forms.Select):
@@ -54,34 +76,30 @@ class RunForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
     )
     model = forms.ChoiceField()
-    exit_rule = forms.ChoiceField(choices=EXIT_RULES, initial="q-exit")
-    q = forms.FloatField(
+    exit_rule = forms.ChoiceField(choices=_choices("exit_rule"), initial=DEFAULTS.exit_rule)
+    q = _bounded(
+        forms.FloatField,
+        "q",
         label="Exit threshold q",
-        min_value=0.01,
-        max_value=1,
-        step_size=0.01,
-        initial=0.7,
         help_text="Exit at the first loop whose cumulative exit probability reaches q; "
         "1 = full depth.",
     )
-    loops = forms.IntegerField(label="Loops T", min_value=1, initial=None, required=False)
+    loops = _bounded(forms.IntegerField, "loops", label="Loops T", required=False)
     extrapolate = forms.BooleanField(
         label="Extrapolate beyond the trained depth", required=False, initial=False
     )
     kv_policy = forms.ChoiceField(
-        label="KV of exited tokens", choices=KV_POLICIES, initial="best-available"
+        label="KV of exited tokens", choices=_choices("kv_policy"), initial=DEFAULTS.kv_policy
     )
-    max_new_tokens = forms.IntegerField(
-        label="Max new tokens", min_value=1, max_value=MAX_NEW_TOKENS, initial=64
-    )
+    max_new_tokens = _bounded(forms.IntegerField, "max_new_tokens", label="Max new tokens")
     decoding = forms.ChoiceField(
         choices=[("greedy", "Greedy"), ("sample", "Sample")],
         initial="greedy",
         widget=forms.RadioSelect,
     )
-    temperature = forms.FloatField(min_value=0, max_value=5, step_size=0.05, initial=0.8)
-    top_p = forms.FloatField(label="Top-p", min_value=0.01, max_value=1, initial=0.95)
-    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
+    temperature = _bounded(forms.FloatField, "temperature", initial=SAMPLING_INITIAL["temperature"])
+    top_p = _bounded(forms.FloatField, "top_p", label="Top-p", initial=SAMPLING_INITIAL["top_p"])
+    seed = _bounded(forms.IntegerField, "seed")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -107,6 +125,7 @@ class RunForm(forms.Form):
             for key, value in default.defaults:  # e.g. seeded sampling for a text model
                 self.fields[key].initial = value
         self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
+        self.fields["q"].widget.attrs["step"] = "0.01"
         self.fields["temperature"].widget.attrs["step"] = "0.05"
         self.fields["top_p"].widget.attrs["step"] = "0.01"
 

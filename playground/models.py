@@ -8,7 +8,9 @@ The contract shared by the API, the SSE stream and the page:
   (queued → running → done | cancelled | failed), ``error``, ``cancel_requested``,
   ``created_at`` / ``started_at`` / ``finished_at``, ``heartbeat_at`` (written by the
   worker while it runs; a stale one means the worker died), ``worker`` (its hostname),
-  ``stats`` (the engine's ``stream.summary``).
+  ``stats`` (the engine's ``stream.summary``), ``visitor`` (who submitted it, for the
+  per-visitor limits) and ``owner_hash`` (the hash of what stopping it needs: the
+  creator's session secret or the API's cancel token; never shown).
 - ``RunToken``: one per position, prompt then generated, unique per ``(run, position)``:
   ``phase``, ``token_id``, ``text``, ``exit_loop``, ``loops_computed`` and ``data``, the
   full ``TokenEvent.to_dict()`` (per-loop λ, p, cumulative, KL, top-k; work counters).
@@ -48,10 +50,15 @@ class Run(models.Model):
     worker = models.CharField(max_length=200, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     stats = models.JSONField(default=dict, blank=True)
+    visitor = models.CharField(max_length=100, blank=True)  # playground.visitors
+    owner_hash = models.CharField(max_length=64, blank=True)  # sha256 of the stop secret
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status"], name="playground_run_status")]
+        indexes = [
+            models.Index(fields=["status"], name="playground_run_status"),
+            models.Index(fields=["visitor", "status"], name="playground_run_visitor"),
+        ]
 
     def __str__(self) -> str:
         prompt = self.prompt if len(self.prompt) <= 40 else self.prompt[:39] + "…"

@@ -22,9 +22,10 @@ def run_get(*, run_id: uuid.UUID | str) -> Run | None:
     return Run.objects.filter(pk=run_id).first()
 
 
-def run_active_count() -> int:
-    """Runs queued or running: what the queue limit counts."""
-    return Run.objects.filter(status__in=Run.ACTIVE).count()
+def run_active_count(*, visitor: str = "") -> int:
+    """Runs queued or running (of ``visitor`` when given): what the limits count."""
+    runs = Run.objects.filter(status__in=Run.ACTIVE)
+    return runs.filter(visitor=visitor).count() if visitor else runs.count()
 
 
 def run_stale_list(*, now=None) -> QuerySet[Run]:

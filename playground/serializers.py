@@ -1,30 +1,60 @@
 """The runs API's shapes: what a submit accepts and what a run looks like as JSON."""
 
+import typing
+from dataclasses import MISSING, fields
+
 from rest_framework import serializers
 
+from kernels.params import BOUNDS, CHOICES, RunParams
 from playground.models import Run
-from playground.services import EXIT_RULES, KV_POLICIES, MAX_NEW_TOKENS, MAX_PROMPT_CHARS
+from playground.services import MAX_PROMPT_CHARS
+
+
+def run_param_fields() -> dict[str, serializers.Field]:
+    """One DRF field per ``RunParams`` field: its type, default, choices and bounds (so the
+    schema states them, and a value out of bounds is a 400 naming the bound)."""
+    hints = typing.get_type_hints(RunParams)
+    built: dict[str, serializers.Field] = {}
+    for field in fields(RunParams):
+        default = field.default if field.default is not MISSING else None
+        optional = default is None
+        options: dict[str, typing.Any] = (
+            {"required": False, "allow_null": True} if optional else {"default": default}
+        )
+        if field.name in CHOICES:
+            built[field.name] = serializers.ChoiceField(CHOICES[field.name], **options)
+            continue
+        bound = BOUNDS[field.name]
+        hint = hints[field.name]
+        integer = int in (hint, *typing.get_args(hint))
+        kind = serializers.IntegerField if integer else serializers.FloatField
+        validators = [_open_low(bound.low, bound.describe())] if bound.low_open else []
+        built[field.name] = kind(
+            min_value=bound.low, max_value=bound.high, validators=validators, **options
+        )
+    return built
+
+
+def _open_low(low: float, message: str) -> typing.Callable[[float], None]:
+    def check(value: float) -> None:
+        if value <= low:
+            raise serializers.ValidationError(message)
+
+    return check
 
 
 class RunCreateSerializer(serializers.Serializer):
-    """``POST /api/v1/runs/``: the types and fixed bounds (so the schema shows them); the
-    rules that depend on the model (loops up to T, or 2·T with ``extrapolate``; prompt
-    length in tokens) are checked by ``services.run_params_clean``."""
+    """``POST /api/v1/runs/``: the prompt, the model, ``extrapolate`` and every
+    ``RunParams`` field with its fixed bounds; the rules that depend on the model (loops
+    up to T, or 2·T with ``extrapolate``; prompt length in tokens) are checked by
+    ``services.run_params_clean``."""
 
     prompt = serializers.CharField(max_length=MAX_PROMPT_CHARS, trim_whitespace=False)
     model = serializers.CharField(required=False, max_length=100)
-    exit_rule = serializers.ChoiceField(EXIT_RULES, default="q-exit")
-    q = serializers.FloatField(default=0.7, min_value=0.0, max_value=1.0)
-    kl_threshold = serializers.FloatField(default=1e-3, min_value=0.0)
-    fixed_loops = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    loops = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     extrapolate = serializers.BooleanField(default=False)
-    kv_policy = serializers.ChoiceField(KV_POLICIES, default="best-available")
-    max_new_tokens = serializers.IntegerField(default=64, min_value=0, max_value=MAX_NEW_TOKENS)
-    temperature = serializers.FloatField(default=0.0, min_value=0.0)
-    top_p = serializers.FloatField(default=1.0, min_value=0.0, max_value=1.0)
-    seed = serializers.IntegerField(default=0, min_value=0, max_value=2**63 - 1)
-    top_k = serializers.IntegerField(default=5, min_value=0, max_value=20)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return super().get_fields() | run_param_fields()
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -65,3 +95,16 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_cancel_url(self, run: Run) -> str:
         return f"/api/v1/runs/{run.id}/cancel/"
+
+
+class RunCreatedSerializer(RunSerializer):
+    """The 201 of a submit: the run and the token that stops it, shown this once."""
+
+    cancel_token = serializers.CharField(
+        read_only=True,
+        help_text="Send it as X-Cancel-Token to POST cancel_url; only its hash is stored.",
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = (*RunSerializer.Meta.fields, "cancel_token")
+        read_only_fields = fields

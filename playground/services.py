@@ -11,8 +11,10 @@ failed with the reason, so none stays ``running``.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -20,9 +22,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from kernels.params import RunParams
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
+from playground.visitors import secret_hash
 
 logger = logging.getLogger(__name__)
 
@@ -31,45 +35,56 @@ class QueueFull(Exception):
     """More runs are queued or running than ``PLAYGROUND_MAX_QUEUED``."""
 
 
+class VisitorLimit(Exception):
+    """This visitor already has ``PLAYGROUND_VISITOR_ACTIVE`` runs queued or running."""
+
+
+class NotOwner(Exception):
+    """Only a run's creator may stop it."""
+
+
 class ModelUnavailable(Exception):
     """The named checkpoint is not configured or its directory cannot be read."""
 
 
-def run_enqueue(*, run: Run) -> None:
-    from workers.tasks import run_generate
+class BrokerUnavailable(Exception):
+    """The run could not be handed to the workers' queue; it was failed, holding no slot."""
 
-    run_generate.delay(str(run.id))
+
+GENERATE_TASK = "workers.tasks.run_generate"
+
+
+def run_enqueue(*, run: Run) -> None:
+    """Send the run's generation to the workers, by task name (the web side does not
+    import the worker's code). A broker that cannot take it fails the run with the
+    reason and raises ``BrokerUnavailable``: no run is left queued with no task behind it.
+    """
+    from kombu.exceptions import OperationalError
+
+    from workers import celery_app
+
+    try:
+        celery_app.send_task(GENERATE_TASK, args=[str(run.id)])
+    except (OperationalError, OSError) as exc:
+        reason = f"the run queue (broker) could not be reached: {exc}"
+        run_fail(run_id=run.id, reason=reason)
+        raise BrokerUnavailable(
+            "The playground cannot start runs right now: its run queue is unreachable. "
+            "Nothing was queued; try again in a minute."
+        ) from exc
 
 
 MAX_PROMPT_CHARS = 2000
-MAX_NEW_TOKENS = 256
-# kernels.stream.EXIT_RULES and kernels.rules.POLICIES, named here so that the web
-# process validates without importing torch (a test keeps them equal).
-EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
-KV_POLICIES = ("best-available", "select", "recompute-kv")
 
 
 def run_params_clean(
-    *,
-    prompt: str,
-    model: str = "",
-    exit_rule: str = "q-exit",
-    q: float = 0.7,
-    loops: int | None = None,
-    extrapolate: bool = False,
-    kv_policy: str = "best-available",
-    max_new_tokens: int = 64,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    top_k: int = 5,
-    kl_threshold: float = 1e-3,
-    fixed_loops: int | None = None,
+    *, prompt: str, model: str = "", extrapolate: bool = False, **values: Any
 ) -> tuple[ModelInfo, dict[str, Any]]:
-    """Check a submission against the rules and the chosen model.
+    """Check a submission against ``RunParams``'s bounds and the chosen model.
 
-    Returns the model and ``Run.params`` (the ``GenerationParams`` fields plus
-    ``extrapolate``); raises ``ValidationError({field: [message]})`` naming each bad field.
+    ``values`` are ``RunParams`` fields (defaults for the rest). Returns the model and
+    ``Run.params`` (the ``RunParams`` fields plus ``extrapolate``); raises
+    ``ValidationError({field: [message]})`` naming each bad field.
     """
     errors: dict[str, list[str]] = {}
 
@@ -80,18 +95,10 @@ def run_params_clean(
     check("prompt", bool(prompt and prompt.strip()), "must not be blank")
     check("prompt", len(prompt) <= MAX_PROMPT_CHARS, f"at most {MAX_PROMPT_CHARS} characters")
     check("prompt", "\x00" not in prompt, "must not contain NUL characters")
-    check("exit_rule", exit_rule in EXIT_RULES, f"one of {', '.join(EXIT_RULES)}")
-    check("q", 0 < q <= 1, "must lie in (0, 1]")
-    check("kv_policy", kv_policy in KV_POLICIES, f"one of {', '.join(KV_POLICIES)}")
-    check("max_new_tokens", 0 <= max_new_tokens <= MAX_NEW_TOKENS, f"0 to {MAX_NEW_TOKENS}")
-    check("temperature", temperature >= 0, "must be >= 0 (0 = greedy)")
-    check("top_p", 0 < top_p <= 1, "must lie in (0, 1]")
-    check("seed", 0 <= seed < 2**63, "must be a non-negative 64-bit integer")
-    check("top_k", 0 <= top_k <= 20, "0 to 20")
-    check("kl_threshold", kl_threshold > 0, "must be > 0")
-    check("loops", loops is None or loops >= 1, "must be >= 1")
-    if exit_rule == "fixed":
-        check("fixed_loops", fixed_loops is not None and fixed_loops >= 1, "must be >= 1")
+    params = RunParams(**values)
+    for field, rule in params.errors().items():
+        check(field, False, rule)
+    loops, max_new_tokens = params.loops, params.max_new_tokens
     name = model or default_model_name()
     info = model_get(name=name)
     if info is None:
@@ -119,43 +126,44 @@ def run_params_clean(
                 f"{count} tokens + max_new_tokens {max_new_tokens} exceed the "
                 f"{info.max_positions} positions of {name}",
             )
+        if params.fixed_loops is not None and info.max_loops is not None:
+            check("fixed_loops", params.fixed_loops <= info.max_loops, f"at most {info.max_loops}")
     if errors:
         raise ValidationError(errors)
-    assert info is not None  # a missing model is one of the errors above
-    params = {
-        "max_new_tokens": max_new_tokens,
-        "exit_rule": exit_rule,
-        "q": q,
-        "kl_threshold": kl_threshold,
-        "fixed_loops": fixed_loops,
-        "loops": loops,
-        "kv_policy": kv_policy,
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": seed,
-        "top_k": top_k,
-        "extrapolate": extrapolate,
-    }
-    return info, params
+    return info, asdict(params) | {"extrapolate": extrapolate}
 
 
 @transaction.atomic
-def run_submit(*, prompt: str, **params: Any) -> Run:
+def run_submit(*, prompt: str, visitor: str = "", owner_secret: str = "", **params: Any) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
 
-    Keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
-    first configured). Raises ``ValidationError`` naming the bad fields, and ``QueueFull``
-    when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
+    ``visitor`` (``playground.visitors``) is who submits, held to
+    ``PLAYGROUND_VISITOR_ACTIVE`` active runs; ``owner_secret`` (a session's secret or an
+    API cancel token) is what stopping the run will need, stored as its hash. The other
+    keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
+    first configured). Raises ``ValidationError`` naming the bad fields, ``VisitorLimit``,
+    and ``QueueFull`` when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
     run_fail_stale()
+    limit = settings.PLAYGROUND_VISITOR_ACTIVE
+    if visitor and selectors.run_active_count(visitor=visitor) >= limit:
+        raise VisitorLimit(
+            f"You already have {limit} runs queued or running (the limit per visitor, "
+            "PLAYGROUND_VISITOR_ACTIVE); wait for one to finish or stop it."
+        )
     if selectors.run_active_count() >= settings.PLAYGROUND_MAX_QUEUED:
         raise QueueFull(
             f"The playground is busy: {settings.PLAYGROUND_MAX_QUEUED} runs are already "
             "queued or running. Try again in a minute."
         )
     run = Run.objects.create(
-        prompt=prompt, model=model.name, params=run_params, trained_loops=model.loops
+        prompt=prompt,
+        model=model.name,
+        params=run_params,
+        trained_loops=model.loops,
+        visitor=visitor,
+        owner_hash=secret_hash(owner_secret) if owner_secret else "",
     )
     transaction.on_commit(lambda: run_enqueue(run=run))
     return run
@@ -172,6 +180,24 @@ def run_cancel(*, run: Run) -> Run:
     if updated:
         run_end_publish(run)
     return run
+
+
+def run_stop(*, run: Run, secret: str) -> Run:
+    """``run_cancel`` for the run's creator only: ``secret`` is the session's owner secret
+    or the cancel token the API returned; anyone else gets ``NotOwner``."""
+    if not run_owned(run=run, secret=secret):
+        raise NotOwner(
+            "Only the visitor who started this run can stop it: from the page, the same "
+            "browser session; from the API, the cancel_token returned when it was created "
+            "(header X-Cancel-Token)."
+        )
+    return run_cancel(run=run)
+
+
+def run_owned(*, run: Run, secret: str) -> bool:
+    return bool(secret and run.owner_hash) and hmac.compare_digest(
+        secret_hash(secret), run.owner_hash
+    )
 
 
 def run_fail(*, run_id: uuid.UUID | str, reason: str, only_worker: str = "") -> bool:

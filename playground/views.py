@@ -10,7 +10,7 @@ swapped region only.
 import uuid
 
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -19,8 +19,10 @@ from playground import selectors, services
 from playground.checkpoints import model_catalog, model_frontier, model_get
 from playground.forms import RunForm
 from playground.models import Run
-from playground.pages import run_context, run_view
+from playground.pages import RunView, run_context, run_view
 from playground.serializers import RunCreateSerializer
+from playground.throttles import RunSubmitThrottle
+from playground.visitors import session_secret, visitor_of_session
 
 TEMPLATE = "playground/playground.html"
 RECENT_RUNS = 10
@@ -36,18 +38,25 @@ def index(request: HtmxHttpRequest) -> HttpResponse:
 
 def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
     status = 400
-    if form.is_valid():
+    throttle = RunSubmitThrottle()
+    if form.is_valid() and not throttle.allow_request(request, None):
+        form.add_error(None, throttle.refusal(throttle.wait()))
+        status = 429
+    elif form.is_valid():
         try:
-            run = _run_submit(form.run_parameters())
-        except services.QueueFull as exc:
+            run = _run_submit(request, form.run_parameters())
+        except (services.QueueFull, services.VisitorLimit) as exc:
             form.add_error(None, str(exc))
             status = 429
+        except services.BrokerUnavailable as exc:
+            form.add_error(None, str(exc))
+            status = 503
         except ValidationError as exc:
             _add_errors(form, exc)
         else:
             if not request.htmx:
                 return redirect(run)
-            context = run_context(run_view(run=run, tokens=[]))
+            context = run_context(run_view(run=run, tokens=[])) | {"can_stop": True}
             response = render(request, f"{TEMPLATE}#run-view", context, status=201)
             response["HX-Push-Url"] = run.get_absolute_url()
             response["HX-Trigger"] = "run-created"
@@ -60,12 +69,16 @@ def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
     return _page(request, form, status=status)
 
 
-def _run_submit(params: dict) -> Run:
-    """The API's own checks and service, on the form's parameters."""
+def _run_submit(request: HttpRequest, params: dict) -> Run:
+    """The API's own checks and service, on the form's parameters; the run belongs to
+    this browser session."""
     checked = RunCreateSerializer(data=params)
     if not checked.is_valid():
         raise ValidationError(checked.errors)
-    return services.run_submit(**checked.validated_data)
+    secret = session_secret(request, create=True)
+    return services.run_submit(
+        **checked.validated_data, visitor=visitor_of_session(secret), owner_secret=secret
+    )
 
 
 def _add_errors(form: RunForm, error: ValidationError) -> None:
@@ -76,10 +89,18 @@ def _add_errors(form: RunForm, error: ValidationError) -> None:
         form.add_error(name if name in form.fields else None, messages)
 
 
-def _page(request: HtmxHttpRequest, form: RunForm, *, run=None, status: int = 200) -> HttpResponse:
+def _page(
+    request: HtmxHttpRequest,
+    form: RunForm,
+    *,
+    run: RunView | None = None,
+    can_stop: bool = False,
+    status: int = 200,
+) -> HttpResponse:
     context = run_context(run) | {
         "form": form,
         "recent_runs": selectors.run_list()[:RECENT_RUNS],
+        "can_stop": can_stop,
     }
     return render(request, TEMPLATE, context, status=status)
 
@@ -90,10 +111,11 @@ def run_detail(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     if run is None:
         raise Http404("No such run.")
     view = run_view(run=run, tokens=list(selectors.run_tokens(run=run)))
+    owned = services.run_owned(run=run, secret=session_secret(request))
     if _region_only(request):
-        return render(request, f"{TEMPLATE}#run-view", run_context(view))
+        return render(request, f"{TEMPLATE}#run-view", run_context(view) | {"can_stop": owned})
     form = RunForm(initial=_initial(run))
-    return _page(request, form, run=view)
+    return _page(request, form, run=view, can_stop=owned)
 
 
 def _region_only(request: HtmxHttpRequest) -> bool:
@@ -132,7 +154,10 @@ def run_stop(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = selectors.run_get(run_id=run_id)
     if run is None:
         raise Http404("No such run.")
-    services.run_cancel(run=run)
+    try:
+        services.run_stop(run=run, secret=session_secret(request))
+    except services.NotOwner as exc:
+        return HttpResponseForbidden(str(exc))
     if request.htmx:
         return HttpResponse(status=204)  # the stream reports the run stopping
     return redirect(run)

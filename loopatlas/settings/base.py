@@ -12,6 +12,7 @@ Variables (all optional on the embedded default):
                            shipped ``pydoc-loop`` (the default) and ``add-loop`` come first
                            unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
+    PLAYGROUND_VISITOR_ACTIVE / _SUBMITS / _STREAMS  per-visitor limits (2, 12/minute, 20).
     NUM_PROXIES    reverse proxies in front that append to X-Forwarded-For (default 0:
                    the header is ignored and the peer address identifies a client).
 """
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "servestatic",  # its configuration checks
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -59,7 +61,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "loopatlas.middleware.ServiceUnavailableMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Async-capable (WhiteNoise is sync-only, and one sync middleware puts every request,
+    # each open event stream included, on a thread of its own).
+    "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -146,12 +150,12 @@ STORAGES = {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            else "servestatic.storage.CompressedManifestStaticFilesStorage"
         )
     },
 }
 # Serve straight from STATICFILES_DIRS when collectstatic has not run (development, tests).
-WHITENOISE_USE_FINDERS = DEBUG
+SERVESTATIC_USE_FINDERS = DEBUG
 
 # Production-safe defaults when DEBUG is off; each can still be relaxed by its variable.
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
@@ -207,6 +211,7 @@ REST_FRAMEWORK = {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
         "admin_login": env_str("THROTTLE_ADMIN_LOGIN", "10/hour"),
+        "playground_submits": env_str("PLAYGROUND_VISITOR_SUBMITS", "12/minute"),
     },
     # How many proxies of the operator's sit in front (0: none, so X-Forwarded-For is a
     # header like any other). DRF's None would trust the header, letting a client pick
@@ -275,6 +280,10 @@ def _playground_models(raw: str) -> dict[str, Path]:
 # listed as unavailable and refused at submit; it never breaks startup.
 PLAYGROUND_MODELS = _playground_models(env_str("PLAYGROUND_MODELS"))
 PLAYGROUND_MAX_QUEUED = env_int("PLAYGROUND_MAX_QUEUED", 8)
+# Per visitor (playground.visitors): runs queued or running, and open event streams per
+# address (the submit rate per address is the throttle rate "playground_submits" above).
+PLAYGROUND_VISITOR_ACTIVE = env_int("PLAYGROUND_VISITOR_ACTIVE", 2)
+PLAYGROUND_VISITOR_STREAMS = env_int("PLAYGROUND_VISITOR_STREAMS", 20)
 # A running run whose worker has not written a heartbeat for this long is marked failed.
 PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
 # A queued run no worker has taken for this long is failed (no worker on queue gpu?), so

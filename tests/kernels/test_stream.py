@@ -123,14 +123,14 @@ def test_generation_stops_at_eos(ouro_tiny):
 @pytest.mark.parametrize(
     "params, message",
     [
-        (GenerationParams(exit_rule="halting"), "unknown exit rule"),
-        (GenerationParams(exit_rule="act", act_eps=1.0), "act eps"),
+        (GenerationParams(exit_rule="halting"), "exit_rule must be one of"),
+        (GenerationParams(exit_rule="act", act_eps=1.0), "act_eps must lie in"),
         (GenerationParams(q=1.5), "q must lie"),
         (GenerationParams(exit_rule="fixed"), "fixed_loops"),
-        (GenerationParams(kv_policy="mask"), "unknown KV policy"),
+        (GenerationParams(kv_policy="mask"), "kv_policy must be one of"),
         (GenerationParams(top_p=0.0), "top_p"),
         (GenerationParams(temperature=-1), "temperature"),
-        (GenerationParams(max_new_tokens=10_000), "exceeds the model's 512 positions"),
+        (GenerationParams(max_new_tokens=10_000), "max_new_tokens must lie in"),
         (GenerationParams(loops=0), "loops"),
     ],
 )
@@ -142,3 +142,9 @@ def test_bad_requests_are_clear_errors(ouro_tiny, params, message):
 def test_an_empty_prompt_is_refused(ouro_tiny):
     with pytest.raises(ValueError, match="no tokens"):
         generate_stream(ouro_tiny, "", GenerationParams())
+
+
+def test_a_prompt_and_new_tokens_beyond_the_models_positions_are_refused(ouro_tiny):
+    prompt = "x" * 400  # byte-level: 400 tokens, + 200 new > the 512 positions
+    with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
+        generate_stream(ouro_tiny, prompt, GenerationParams(max_new_tokens=200))

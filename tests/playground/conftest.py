@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 from django.db.backends.signals import connection_created
 
 from playground.models import Run, RunToken
@@ -22,6 +23,15 @@ def _read_uncommitted(sender, connection, **kwargs) -> None:
 
 
 connection_created.connect(_read_uncommitted)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """The submit-rate counters live in the cache; every test starts with none."""
+    cache.clear()
+    yield
+    cache.clear()
+
 
 TINY = Path(settings.BASE_DIR) / "tests" / "kernels" / "fixtures" / "ouro-tiny"
 PROMPT = "def add(a, b):"
@@ -95,3 +105,17 @@ def direct_events(tiny_model) -> Callable[..., list[dict]]:
         ]
 
     return generate
+
+
+@pytest.fixture
+def owner_session(client) -> dict[str, str]:
+    """Gives ``client`` a page session that owns the runs made with the returned fields."""
+    from playground.visitors import SESSION_SECRET, secret_hash, visitor_of_session
+
+    session = client.session
+    session[SESSION_SECRET] = "the-session-secret"
+    session.save()
+    return {
+        "owner_hash": secret_hash("the-session-secret"),
+        "visitor": visitor_of_session("the-session-secret"),
+    }

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from playground import services
 from playground.models import Run
+from playground.visitors import secret_hash
 from tests.playground.conftest import PROMPT
 
 RUNS = "/api/v1/runs/"
@@ -213,12 +214,14 @@ def test_an_unknown_export_format_is_a_400(client, run_factory):
     assert response.status_code == 400 and "format" in response.json()["errors"]
 
 
-def test_cancel_answers_202(client, run_factory):
+def test_cancel_with_the_runs_token_answers_202(client, run_factory):
     # given
-    run = run_factory(status="running", heartbeat_at=timezone.now())
+    run = run_factory(
+        status="running", heartbeat_at=timezone.now(), owner_hash=secret_hash("its-token")
+    )
 
     # when
-    response = client.post(f"{RUNS}{run.id}/cancel/")
+    response = client.post(f"{RUNS}{run.id}/cancel/", headers={"X-Cancel-Token": "its-token"})
 
     # then
     assert response.status_code == 202

@@ -24,6 +24,8 @@ def served(browser, tmp_path_factory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("playground-browser")
     stack = Stack(workdir, database_url=f"sqlite:///{workdir / 'db.sqlite3'}")
     stack.env["PLAYGROUND_TOKEN_DELAY_S"] = "0.04"  # slow enough to see the run mid-flight
+    # No test here kills a worker: a heartbeat late on a loaded machine is no failure.
+    stack.env["PLAYGROUND_STALE_AFTER_S"] = "60"
     stack.manage("migrate", "--noinput")
     try:
         yield stack.start()
@@ -157,3 +159,65 @@ def test_reloading_a_running_run_replays_what_is_stored_and_follows_the_rest(ser
     assert positions == [token["position"] for token in stored]
     assert page.evaluate(HEATMAP_COLUMNS) == len(stored)
     assert page.errors == []
+
+
+def test_two_visitors_submit_at_once_and_both_pages_stream_to_the_end(served, browser) -> None:
+    # given two visitors (browser contexts: separate sessions) on the playground
+    contexts = [browser.new_context(viewport={"width": 1280, "height": 1000}) for _ in "ab"]
+    pages = [context.new_page() for context in contexts]
+    errors: list[str] = []
+    for page, prompt in zip(pages, ("def first(a):", "def second(b):"), strict=True):
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{served.base}/playground/")
+        page.get_by_role("textbox", name="Prompt").fill(prompt)
+        page.get_by_label("Model").select_option("ouro-tiny")
+        page.get_by_label("Max new tokens").fill("32")
+    try:
+        # when both press Run at the same time
+        for page in pages:
+            page.get_by_role("button", name="Run", exact=True).click(no_wait_after=True)
+        # then each page streams its own run to the end
+        runs = []
+        for page in pages:
+            page.wait_for_url("**/playground/runs/*/")
+            page.wait_for_function(
+                "/^(Done|Failed|Stopped)/.test(document.getElementById('run-status').textContent)",
+                timeout=90_000,
+            )
+            run = _run_of(served, page)
+            stored = served.get(run["tokens_url"]).json()
+            assert run["status"] == "done", run["error"]
+            assert page.locator("#tokens .tok").count() == len(stored)
+            assert page.locator("#tokens").inner_text() == "".join(t["text"] for t in stored)
+            runs.append(run)
+        assert [run["prompt"] for run in runs] == ["def first(a):", "def second(b):"]
+        assert errors == []
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def test_only_the_visitor_who_started_a_run_sees_its_stop_button(served, browser) -> None:
+    # given a run started by one visitor, still running
+    owner, other = (browser.new_context() for _ in "ab")
+    try:
+        page = owner.new_page()
+        page.goto(f"{served.base}/playground/")
+        page.get_by_role("textbox", name="Prompt").fill("Mine")
+        page.get_by_label("Max new tokens").fill("200")
+        page.get_by_role("button", name="Run", exact=True).click()
+        page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 2")
+        # when another visitor opens its permalink
+        theirs = other.new_page()
+        theirs.goto(page.url)
+        theirs.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 1")
+        # then only the creator has Stop, and it works for them
+        assert theirs.get_by_role("button", name="Stop").count() == 0
+        page.get_by_role("button", name="Stop").click()
+        theirs.wait_for_function(
+            "document.getElementById('run-status').textContent.startsWith('Stopped')",
+            timeout=30_000,
+        )
+    finally:
+        owner.close()
+        other.close()

@@ -85,9 +85,10 @@ def test_cancel_stops_the_run_between_tokens(embedded):
             break
 
     # when
-    assert embedded.post(run["cancel_url"]).status_code == 202
+    stop = embedded.post(run["cancel_url"], headers={"X-Cancel-Token": run["cancel_token"]})
+    assert stop.status_code == 202
     _, _, end = read_run(embedded, run)
 
     # then
-    assert end["data"]["status"] == "cancelled"
+    assert end["data"]["status"] == "cancelled", end
     assert embedded.get(run["api_url"]).json()["status"] == "cancelled"

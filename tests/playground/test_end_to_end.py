@@ -5,6 +5,7 @@ processes share). A prompt goes in through the API and comes back over SSE."""
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 import redis
 from django.conf import settings
@@ -120,15 +121,45 @@ def test_cancel_stops_the_run_between_tokens(live):
                 break
 
     # when
-    response = live.post(run["cancel_url"])
+    refused = live.post(run["cancel_url"])
+    response = live.post(run["cancel_url"], headers={"X-Cancel-Token": run["cancel_token"]})
     _, rest, end = read_run(live, run, last_event_id=0)
 
     # then
+    assert refused.status_code == 403
     assert response.status_code == 202
     assert end["event"] == "done" and end["data"]["status"] == "cancelled"
     assert end["data"]["stats"]["stopped"] == "stopped"
     assert sum(e["phase"] == "generated" for e in rest) < 256
     assert live.get(run["api_url"]).json()["status"] == "cancelled"
+
+
+def test_a_flooding_client_gets_429_while_another_still_runs_to_done(live):
+    # given: a client flooding from 127.0.0.1, another from 127.0.0.2 (its own address)
+    flooder = []
+    while len(flooder) < 10:
+        response = live.submit_response(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
+        if response.status_code != 201:
+            break
+        flooder.append(response.json())
+
+    # when
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:
+        created = live.submit_response(
+            client=other, prompt=PROMPT, model="ouro-tiny", max_new_tokens=8
+        )
+    for run in flooder:  # the worker runs one at a time: the flooder's go first
+        stop = live.post(run["cancel_url"], headers={"X-Cancel-Token": run["cancel_token"]})
+        assert stop.status_code == 202
+    _, tokens, end = read_run(live, created.json())
+
+    # then
+    assert response.status_code == 429, response.text
+    assert "PLAYGROUND_VISITOR_ACTIVE" in response.json()["detail"]
+    assert 1 <= len(flooder) <= 5  # PLAYGROUND_VISITOR_ACTIVE in the stack
+    assert created.status_code == 201, created.text
+    assert end["event"] == "done" and end["data"]["status"] == "done"
+    assert sum(e["phase"] == "generated" for e in tokens) == 8
 
 
 def _wait_for_generated(live, run, count: int = 2) -> None:

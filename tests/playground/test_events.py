@@ -15,7 +15,7 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from playground import services, streams
-from playground.events import pooled, run_event_stream
+from playground.events import open_streams, pooled, run_event_stream
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
 from tests.playground.stack import parse_sse
@@ -198,6 +198,115 @@ def test_an_unknown_run_is_a_404(db):
 
     # then
     assert response.status_code == 404
+
+
+def test_an_address_over_its_open_streams_gets_429_until_one_closes(run_factory, settings):
+    # given: an address already holding its two streams (counted as they are read)
+    settings.PLAYGROUND_VISITOR_STREAMS = 2
+    run = run_factory(tokens=3, status="done")
+    address = "address:127.0.0.1"
+
+    async def chunks():
+        yield "x"
+        await asyncio.sleep(30)
+
+    async def go():
+        held = [open_streams.counted(address, chunks()) for _ in range(2)]
+        for stream in held:
+            await anext(stream)
+        refused = await AsyncClient().get(run.get_events_url())
+        other = open_streams.full("address:10.1.1.1")
+        await held[0].aclose()  # a viewer goes away
+        allowed = await AsyncClient().get(run.get_events_url())
+        await held[1].aclose()
+        return refused, other, allowed
+
+    # when
+    refused, other, allowed = run_async(go())
+
+    # then
+    assert refused.status_code == 429
+    assert "PLAYGROUND_VISITOR_STREAMS" in refused.content.decode()
+    assert other is False and allowed.status_code == 200
+    assert not open_streams.counts
+
+
+def test_no_middleware_puts_the_stream_on_a_thread(settings):
+    """One sync-only middleware makes Django adapt the chain around it with
+    ``sync_to_async``: every request, each open stream included, then holds a thread."""
+    from django.utils.module_loading import import_string
+
+    # then
+    sync_only = [
+        path
+        for path in settings.MIDDLEWARE
+        if not getattr(import_string(path), "async_capable", False)
+    ]
+    assert sync_only == []
+
+
+# -- the same stream served in front of Django (playground.asgi)
+
+
+def asgi_get(path: str, *, disconnect_after: float | None = None, query: bytes = b""):
+    """Call the project's ASGI application; returns the status and the body sent."""
+    from loopatlas.asgi import application
+
+    sent: list[dict] = []
+
+    async def receive():
+        if disconnect_after is None:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(disconnect_after)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": query,
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000),
+    }
+
+    async def go():
+        async with asyncio.timeout(20):
+            await application(scope, receive, send)
+
+    run_async(go())
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], dict(sent[0]["headers"]), body.decode()
+
+
+def test_the_asgi_front_streams_a_run_without_entering_django(run_factory):
+    # given
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    status, headers, body = asgi_get(run.get_events_url(), query=b"last_event_id=0")
+    missing = asgi_get("/runs/00000000-0000-0000-0000-000000000000/events")
+    malformed = asgi_get(run.get_events_url(), query=b"last_event_id=x")
+
+    # then
+    assert (status, headers[b"content-type"]) == (200, b"text/event-stream")
+    assert [e.get("id") for e in parse([body])] == [None, "1", "2", None]
+    assert (missing[0], malformed[0]) == (404, 400)
+
+
+def test_a_viewer_going_away_closes_its_stream_and_is_counted_off(run_factory):
+    # given a run that is still going (nothing more will come)
+    run = run_factory(tokens=2, status="running", heartbeat_at=timezone.now())
+
+    # when the viewer disconnects after a moment
+    status, _, body = asgi_get(run.get_events_url(), disconnect_after=0.5)
+
+    # then the relay stopped there, and the address holds no stream
+    assert status == 200
+    assert [e.get("event") for e in parse([body])] == ["run", "token", "token"]
+    assert not open_streams.counts
 
 
 # -- the full stack's Redis stream

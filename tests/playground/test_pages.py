@@ -5,6 +5,7 @@ import re
 import uuid
 
 import pytest
+from django.test import Client
 
 from playground.models import Run, RunToken
 from tests.playground.conftest import TINY, make_event
@@ -137,11 +138,14 @@ def test_a_permalink_replays_the_stored_tokens(client, run_factory) -> None:
     assert 'http-equiv="refresh"' not in page
 
 
-def test_a_running_run_has_stop_and_refreshes_without_javascript(client, run_factory) -> None:
-    run = run_factory(tokens=2, prompt_tokens=2, status=Run.Status.RUNNING)
+def test_a_running_run_has_stop_for_its_creator_and_refreshes_without_javascript(
+    client, run_factory, owner_session
+) -> None:
+    run = run_factory(tokens=2, prompt_tokens=2, status=Run.Status.RUNNING, **owner_session)
     page = client.get(run.get_absolute_url()).content.decode()
     assert 'id="stop-button"' in page
     assert '<noscript><meta http-equiv="refresh" content="3"></noscript>' in page
+    assert 'id="stop-button"' not in Client().get(run.get_absolute_url()).content.decode()
 
 
 def test_an_unknown_run_is_404(client) -> None:
@@ -238,8 +242,10 @@ def test_a_full_queue_is_refused_with_429(client, settings) -> None:
     assert "already queued or running" in response.content.decode()
 
 
-def test_stop_without_javascript_cancels_and_returns_to_the_run(client, run_factory) -> None:
-    run = run_factory()
+def test_stop_without_javascript_cancels_and_returns_to_the_run(
+    client, run_factory, owner_session
+) -> None:
+    run = run_factory(**owner_session)
     response = client.post(f"/playground/runs/{run.id}/stop/")
     assert response.status_code == 302
     assert response["Location"] == run.get_absolute_url()

@@ -51,12 +51,16 @@ def test_the_enqueued_task_goes_to_the_gpu_queue():
     run = Run.objects.create(prompt=PROMPT, model="ouro-tiny")
 
     # when
-    with mock.patch("workers.tasks.run_generate.apply_async") as apply_async:
+    from workers.celery import app
+
+    with mock.patch.object(app, "send_task") as send_task:
         services.run_enqueue(run=run)
 
     # then
-    apply_async.assert_called_once()
-    from workers.celery import app
+    send_task.assert_called_once_with("workers.tasks.run_generate", args=[str(run.id)])
+    from workers import tasks
+
+    assert tasks.run_generate.name == services.GENERATE_TASK
 
     assert app.amqp.router.route({}, "workers.tasks.run_generate")["queue"].name == "gpu"
 
@@ -479,8 +483,7 @@ def test_event_texts_are_stored_with_nul_shown_as_a_symbol():
 
 
 def test_the_submit_vocabularies_are_the_engines():
+    from kernels.params import CHOICES
     from kernels.rules import POLICIES
-    from kernels.stream import EXIT_RULES
 
-    assert set(services.EXIT_RULES) == set(EXIT_RULES)
-    assert set(services.KV_POLICIES) == set(POLICIES)
+    assert set(CHOICES["kv_policy"]) == set(POLICIES)
