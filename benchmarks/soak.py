@@ -17,7 +17,8 @@ PostgreSQL database of its own (``benchmarks.harness``) and a Redis server of it
   its end, again and again.
 
 Faults: at a third of the duration the Redis server is killed (SIGKILL) and started
-again on the same port; at two thirds the worker's process group is killed and a new
+again on the same port; at two thirds the worker process (a ``--pool threads`` worker:
+one process, which runs the generations in its threads) is killed (SIGKILL) and a new
 worker started, as a supervisor would. After the traffic the script waits for every
 submitted run to end and reports: requests, 4xx and 5xx (and connection errors) per
 endpoint, p50/p99 latency, runs by final status (none may stay queued or running), and
@@ -409,27 +410,27 @@ def _soak(
     def at(fraction: float) -> None:
         time.sleep(max(0.0, started + fraction * args.duration - time.monotonic()))
 
-    def worker_pids() -> list[int]:
+    def worker_pid() -> int:
         assert stack.worker is not None
-        return [stack.worker.pid, *stack.worker_pool_pids()]
+        return stack.worker.pid  # one process: the pool is threads
 
     def web_pid() -> int:
         assert stack.web is not None
         return stack.web.pid
 
     at(0.1)  # warmed up: the model loaded, the caches filled
-    memory = {"web": [rss_mib([web_pid()])], "worker": [rss_mib(worker_pids())]}
+    memory = {"web": [rss_mib([web_pid()])], "worker": [rss_mib([worker_pid()])]}
     at(1 / 3)
     redis.kill()
     redis.start()
     at(2 / 3)
-    memory["worker"].append(rss_mib(worker_pids()))
-    stack.kill_worker()
+    memory["worker"].append(rss_mib([worker_pid()]))
+    stack.kill_worker()  # SIGKILL: the worker process itself, no handler, no cleanup
     stack.start_worker()
     tally = results.get(timeout=args.duration + 300)
     process.join(timeout=60)
     memory["web"].append(rss_mib([web_pid()]))
-    memory["worker"].append(rss_mib(worker_pids()))
+    memory["worker"].append(rss_mib([worker_pid()]))
     runs = _wait_for_runs(tally["runs"], seconds=120)
     return _report(tally, runs, memory)
 

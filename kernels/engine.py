@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -66,9 +67,9 @@ class Trace:
         self.top_ids[:, slot] = -1
         self.top_probs[:, slot] = 0.0
 
-    def record(self, slot: int, loops: int, top_k: int) -> dict:
+    def record(self, slot: int, loops: int, top_k: int) -> dict[str, Any]:
         """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
-        top = [[] for _ in range(loops)]
+        top: list[list[tuple[int, float]]] = [[] for _ in range(loops)]
         if top_k:
             ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
             top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
@@ -189,6 +190,12 @@ class PrefillResult:
     trace: Trace | None = field(default=None, repr=False)
     state: _TokenState | None = field(default=None, repr=False)
 
+    def kept_cache(self) -> DepthKVCache:
+        """The cache to decode from; a prefill with ``keep_cache=False`` has none."""
+        if self.cache is None:
+            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
+        return self.cache
+
 
 class Engine:
     """Runs a :class:`LoopedLM` with per-token exits and real skipping.
@@ -238,13 +245,15 @@ class Engine:
             n_loops=self.n_loops,
             batch=batch,
             capacity=capacity,
-            n_kv_heads=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
+            n_kv_heads=cfg.kv_heads,
+            head_dim=cfg.head_size,
             dtype=self.dtype,
             device=self.device,
         )
 
-    def _run_layers(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]):
+    def _run_layers(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]
+    ) -> Tensor:
         for index, layer in enumerate(self.body.layers):
             x = layer(x, cos, sin, attend(index))
         return self.body.norm(x)  # the loop's normed output state
@@ -284,11 +293,15 @@ class Engine:
         gate_sum = state.gate_sum[slots] + lam
         state.remaining[slots], state.cumulative[slots] = remaining, cumulative
         state.gate_sum[slots] = gate_sum
-        logits = logp = kl = None
+        logits: Tensor | None = None
+        logp: Tensor | None = None
+        kl: Tensor | None = None
         if rules.needs_logits or self.tracing:
             logits = self._head(h, work)  # (N, V)
             logp = F.log_softmax(logits.float(), dim=-1)
         if rules.needs_logits:
+            # needs_logits computed logp above; the state keeps the previous loop's (kl=True)
+            assert logp is not None and state.prev_logp is not None
             prev = state.prev_logp[slots]
             kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
             kl = torch.where((loop >= 2) & rules.wants_kl(kl), kl, float("nan"))
@@ -311,6 +324,7 @@ class Engine:
             if kl is not None:
                 trace.kl[loop - 1, slots] = kl  # NaN at loop 1
             if self.top_k:
+                assert logp is not None  # a trace means tracing, which computed it above
                 top = logp.topk(self.top_k, dim=-1)
                 trace.top_ids[loop - 1, slots] = top.indices
                 trace.top_probs[loop - 1, slots] = top.values.exp()
@@ -327,11 +341,14 @@ class Engine:
         caps = torch.full((n,), self.n_loops, dtype=torch.long, device=self.device)
         return LoopRules(caps, [(self.rule, self.policy, None)])
 
-    def _frozen_kv(self, h: Tensor, cos: Tensor, sin: Tensor, work: Work) -> list:
+    def _frozen_kv(
+        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
+    ) -> list[tuple[Tensor, Tensor]]:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
         work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
         return [
-            layer.self_attn.kv(layer.input_layernorm(h), cos, sin) for layer in self.body.layers
+            layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
+            for layer in self.body.decoder_layers
         ]
 
     # -- prefill -----------------------------------------------------------------------
@@ -472,7 +489,9 @@ class Engine:
             works=[Work() for _ in range(b)],
         )
 
-    def start_token(self, decoding: DecodeState, row: int, token: int, settings: RowSettings):
+    def start_token(
+        self, decoding: DecodeState, row: int, token: int, settings: RowSettings
+    ) -> None:
         """Row ``row``'s next token starts at loop 1 (state and trace of its slot reset)."""
         decoding.state.reset(row)
         decoding.state.seed[row] = settings.seed
@@ -554,9 +573,7 @@ class Engine:
         Records then name requests: ``row`` is the prefill's row for the first B requests,
         B, B+1, ... for the queued ones in order (their prompt positions are not yielded).
         """
-        cache = prefill.cache
-        if cache is None:
-            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
+        cache = prefill.kept_cache()
         if max_new_tokens <= 0:
             return
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
@@ -611,14 +628,17 @@ class Engine:
                     scheduler.start(r, next_request, settings, token, cache.e_len[r])
                     next_request += 1
                 else:
+                    assert isinstance(done.key, int)  # this decode's keys are request numbers
                     token = sampler(decoding.state.out_logits[r], done.key)
                     scheduler.next_token(r, token)
                 self.start_token(decoding, r, token, settings)
 
     def decoded_record(self, decoding: DecodeState, done: Done) -> TokenRecord:
         """The record of a token that stopped in the last step."""
+        # Engine.decode's keys are request numbers; ContinuousBatch's keys are its own
+        # and it never reads a record's ``row``
         return self._record(
-            done.key,
+            cast(int, done.key),
             done.position,
             done.token,
             "generated",
@@ -642,7 +662,7 @@ class Engine:
         self.queued_prefill_work = self.queued_prefill_work + result.work
         self.queued_prefill_s += time.perf_counter() - start
         self.queued_prefill_cpu_s += time.process_time() - start_cpu
-        cache.load_row(row, result.cache, extra=max_new_tokens)
+        cache.load_row(row, result.kept_cache(), extra=max_new_tokens)
         return result.logits[0, len(prompt) - 1]
 
     def _decode_plan(
@@ -682,7 +702,11 @@ class Engine:
     def _cached_attend(
         self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor
     ) -> Callable[[int], Attend]:
-        stores = {t: cache.loops[t - 1] for t in set(plan.loops) if t < cache.n_loops}
+        stores = {
+            t: store
+            for t in set(plan.loops)
+            if t < cache.n_loops and (store := cache.loops[t - 1]) is not None
+        }
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
@@ -716,7 +740,17 @@ class Engine:
                 sel = torch.tensor(group, device=self.device)
                 cache.loop(t).append(rows, k[:, sel], v[:, sel])
 
-    def _record(self, row, position, token_id, phase, state, trace, slot, computed) -> TokenRecord:
+    def _record(
+        self,
+        row: int,
+        position: int,
+        token_id: int | Tensor,
+        phase: str,
+        state: _TokenState,
+        trace: Trace | None,
+        slot: int,
+        computed: int,
+    ) -> TokenRecord:
         loops = trace.record(slot, computed, self.top_k) if trace is not None else {}
         return TokenRecord(
             row=row,
@@ -730,6 +764,8 @@ class Engine:
 
     def prompt_records(self, prefill: PrefillResult) -> Iterator[TokenRecord]:
         """One record per prompt position of ``prefill``, in order, row by row."""
+        if prefill.state is None:
+            raise ValueError("this prefill kept no per-token state to report")
         s = prefill.ids.shape[1]
         for row, n in enumerate(prefill.lengths):
             for position in range(n):

@@ -10,7 +10,7 @@ derive a reproducible random draw per token without a generator of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -37,8 +37,16 @@ class LoopSignals:
 
     def select(self, index: Tensor) -> LoopSignals:
         """The signals of the tokens ``index`` (M,) only."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return LoopSignals(**{k: None if v is None else v[index] for k, v in values.items()})
+        return LoopSignals(
+            t=self.t[index],
+            n_loops=self.n_loops[index],
+            cumulative=self.cumulative[index],
+            kl=None if self.kl is None else self.kl[index],
+            gate=self.gate[index],
+            gate_sum=self.gate_sum[index],
+            seed=self.seed[index],
+            position=self.position[index],
+        )
 
 
 @dataclass(frozen=True)

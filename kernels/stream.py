@@ -96,7 +96,8 @@ class _Pieces:
     """Token texts that add up to the decoded text, even across multi-byte characters."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer, self.ids, self.text = tokenizer, [], ""
+        self.tokenizer, self.text = tokenizer, ""
+        self.ids: list[int] = []
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
@@ -141,7 +142,9 @@ def encode_request(loaded: LoadedModel, prompt_text: str, params: GenerationPara
     return prompt
 
 
-def request_engine(loaded: LoadedModel, params: GenerationParams, *, loops: int | None = None):
+def request_engine(
+    loaded: LoadedModel, params: GenerationParams, *, loops: int | None = None
+) -> Engine:
     """The engine a request is prefilled (and, alone, decoded) by."""
     return Engine(
         loaded.model,

@@ -18,6 +18,7 @@ The live events are not here but at ``/runs/<id>/events`` (``playground.events``
 
 import csv
 import io
+from typing import NoReturn
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
@@ -34,8 +35,10 @@ from rest_framework.exceptions import (
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 
 from loopatlas.api.conventions import StrictFilterBackend
+from loopatlas.middleware import RETRY_AFTER_S
 from playground import selectors, services
 from playground.checkpoints import model_catalog
 from playground.models import Run
@@ -57,6 +60,7 @@ class QueueFullError(APIException):
 class BrokerDownError(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "broker_unavailable"
+    wait = RETRY_AFTER_S  # DRF sends it as Retry-After, as the site's other 503s do
 
 
 class TokensCSVRenderer(BaseRenderer):
@@ -90,10 +94,10 @@ class RunViewSet(
         "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     )
 
-    def get_throttles(self) -> list[RunSubmitThrottle]:
+    def get_throttles(self) -> list[BaseThrottle]:
         return [RunSubmitThrottle()] if self.action == "create" else []
 
-    def throttled(self, request: Request, wait: float | None) -> None:
+    def throttled(self, request: Request, wait: float | None) -> NoReturn:
         raise Throttled(wait, detail=RunSubmitThrottle().refusal(wait))
 
     def get_queryset(self) -> QuerySet[Run]:

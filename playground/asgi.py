@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 from playground.events import STREAM_HEADERS, run_events_open
 from playground.visitors import visitor_address
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
+# As the ASGI spec (and Django's handler) has them: the scope is a dict, messages mappings.
+Scope = dict[str, Any]
+Message = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]

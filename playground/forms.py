@@ -7,6 +7,7 @@ its errors come back onto the fields they name.
 """
 
 import json
+from collections.abc import Callable
 from typing import Any, cast
 
 from django import forms
@@ -35,10 +36,11 @@ def _choices(name: str) -> list[tuple[str, str]]:
     return [(value, LABELS[value]) for value in CHOICES[name]]
 
 
-def _bounded(kind: type[forms.Field], name: str, **options: Any) -> Any:
-    """A number input bounded and initialised by ``RunParams`` (``BOUNDS``, defaults)."""
+def _bounded(kind: type[forms.IntegerField], name: str, **options: Any) -> forms.IntegerField:
+    """A number input bounded and initialised by ``RunParams`` (``BOUNDS``, defaults);
+    ``kind`` is ``forms.IntegerField`` or its subclass ``forms.FloatField``."""
     bound = BOUNDS[name]
-    validators = []
+    validators: list[Callable[[Any], None]] = []
     if bound.low_open:
 
         def above(value: float) -> None:
@@ -47,7 +49,12 @@ def _bounded(kind: type[forms.Field], name: str, **options: Any) -> Any:
 
         validators.append(above)
     options.setdefault("initial", getattr(DEFAULTS, name))
-    return kind(min_value=bound.low, max_value=bound.high, validators=validators, **options)
+    if issubclass(kind, forms.FloatField):
+        return kind(min_value=bound.low, max_value=bound.high, validators=validators, **options)
+    # an integer field's bounds are whole numbers
+    return kind(
+        min_value=int(bound.low), max_value=int(bound.high), validators=validators, **options
+    )
 
 
 class ModelSelect(forms.Select):

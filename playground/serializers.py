@@ -27,11 +27,18 @@ def run_param_fields() -> dict[str, serializers.Field]:
         bound = BOUNDS[field.name]
         hint = hints[field.name]
         integer = int in (hint, *typing.get_args(hint))
-        kind = serializers.IntegerField if integer else serializers.FloatField
         validators = [_open_low(bound.low, bound.describe())] if bound.low_open else []
-        built[field.name] = kind(
-            min_value=bound.low, max_value=bound.high, validators=validators, **options
-        )
+        if integer:  # an integer field's bounds are whole numbers
+            built[field.name] = serializers.IntegerField(
+                min_value=int(bound.low),
+                max_value=int(bound.high),
+                validators=validators,
+                **options,
+            )
+        else:
+            built[field.name] = serializers.FloatField(
+                min_value=bound.low, max_value=bound.high, validators=validators, **options
+            )
     return built
 
 
@@ -66,7 +73,7 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "url",
             "api_url",
@@ -85,7 +92,7 @@ class RunSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
         )
-        read_only_fields = fields
+        read_only_fields: tuple[str, ...] = fields
 
     def get_api_url(self, run: Run) -> str:
         return f"/api/v1/runs/{run.id}/"

@@ -130,6 +130,7 @@ def run_params_clean(
             check("fixed_loops", params.fixed_loops <= info.max_loops, f"at most {info.max_loops}")
     if errors:
         raise ValidationError(errors)
+    assert info is not None  # no such model is an error above
     return info, asdict(params) | {"extrapolate": extrapolate}
 
 

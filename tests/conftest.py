@@ -44,15 +44,21 @@ def redis_url() -> str:
     return url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """A headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    """A headless Debian Chromium driven by Playwright (never a downloaded browser).
+
+    Per module: Playwright's sync API keeps an event loop running in the main thread
+    while it lives, and Django cannot adapt its async middleware (ServeStatic) to a sync
+    test client under a running loop, so the loop must not outlive the browser tests.
+    """
     if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
         _missing(f"Chromium at {CHROMIUM}", "REQUIRE_BROWSER")
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright runs an event loop
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        # Playwright's loop makes Django think the ORM runs in async code; only while it lives
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )

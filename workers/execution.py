@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -19,6 +20,9 @@ from playground.checkpoints import model_get
 from playground.models import Run, RunToken
 from playground.recording import RunControl, TokenWriter
 from playground.services import ModelUnavailable, run_end_publish
+
+if TYPE_CHECKING:
+    from kernels.stream import GenerationParams
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     return Claim(run)
 
 
-def generation_params(run: Run):
+def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
     from kernels.stream import GenerationParams
 
@@ -125,7 +129,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
     return _finish(run, handle.summary or {}, control.stop_reason, writer.last_position)
 
 
-def _finish(run: Run, stats: dict, stop_reason: str, last_position: int) -> Run:
+def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: int) -> Run:
     if stop_reason and stop_reason != Run.Status.CANCELLED:
         run.refresh_from_db()  # failed meanwhile: that outcome stands
         return run

@@ -10,8 +10,9 @@ message finds the run already claimed or finished and does nothing (see
 
 import logging
 import socket
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
 from celery.signals import task_failure, worker_init, worker_ready
 from django.conf import settings
@@ -31,13 +32,19 @@ logger = logging.getLogger(__name__)
     time_limit=settings.PLAYGROUND_HARD_TIME_LIMIT_S,
     bind=True,
 )
-def run_generate(self, run_id: str) -> None:
+def run_generate(self: Task[Any, Any], run_id: str) -> None:
     worker = (self.request.hostname if self.request else "") or socket.gethostname()
     execution.run_execute(run_id=run_id, worker=worker)
 
 
 @task_failure.connect
-def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, **kwargs):
+def _run_generate_failed(
+    sender: object = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    **kwargs: Any,
+) -> None:
     """The task died outside the service's own handling (a killed pool process, the hard
     time limit): the run records the reason instead of staying ``running``."""
     if getattr(sender, "name", None) != run_generate.name:
@@ -53,7 +60,7 @@ def _run_generate_failed(sender=None, task_id=None, exception=None, args=None, *
 
 
 @worker_init.connect
-def _worker_init(**kwargs):
+def _worker_init(**kwargs: Any) -> None:
     """Each pool process pins torch's intra-op threads before it loads a model."""
     import torch
 
@@ -62,7 +69,7 @@ def _worker_init(**kwargs):
 
 
 @worker_ready.connect
-def _worker_ready(sender=None, **kwargs):
+def _worker_ready(sender: object = None, **kwargs: Any) -> None:
     """Runs left ``running`` by an earlier process under this worker's name are dead;
     so are runs anywhere whose heartbeat went stale. Then the models are made resident."""
     hostname = getattr(sender, "hostname", "")

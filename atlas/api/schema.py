@@ -12,13 +12,16 @@ server refuses as invalid.
 import re
 from typing import Any
 
+from django.db import DatabaseError
+
 from atlas.filters import MAX_VALUES, MAX_WORKS_PARAM, SEARCH_MAX_LENGTH
-from atlas.models import TOPIC, Work, WorkTag
+from atlas.models import TOPIC, AtlasChange, Work, WorkTag
 from atlas.selectors import COMPARE_MAX
 
 # A year 0001-9999, optionally a month 01-12; or nothing.
 MONTH_PATTERN = r"^((\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3})(-(0[1-9]|1[0-2]))?)?$"
 NO_NUL_PATTERN = r"^[^\u0000]*$"  # NUL is refused (PostgreSQL cannot store it)
+VERSION_TIME = "%Y-%m-%dT%H:%M:%SZ"  # a data version's time, as exports state it
 
 
 def _slug_list_pattern(slugs: list[str], *, least: int, most: int) -> str:
@@ -28,8 +31,12 @@ def _slug_list_pattern(slugs: list[str], *, least: int, most: int) -> str:
     return f"^{listed}$" if least else f"^({listed})?$"
 
 
-def _parameter_bounds(name: str, path: str, slugs: list[str], topics: list[str]) -> dict:
+def _parameter_bounds(
+    name: str, path: str, slugs: list[str], topics: list[str], versions: list[str]
+) -> dict:
     """The schema (merged into drf-spectacular's) for one atlas query parameter."""
+    if name in ("since", "version"):
+        return {"enum": versions} if versions else {}
     if name == "topics":
         items = {"type": "string", "enum": topics} if topics else {"type": "string"}
         return {"items": items, "maxItems": MAX_VALUES if topics else 0}
@@ -48,9 +55,13 @@ def schema_atlas_bounds(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     """Postprocessing hook: the atlas's query parameters, bounded exactly as served."""
-    slugs = sorted(Work.objects.values_list("slug", flat=True))
-    tags = WorkTag.objects.filter(facet=TOPIC).values_list("value", flat=True)
-    topics = sorted(set(tags))
+    try:
+        slugs = sorted(Work.objects.values_list("slug", flat=True))
+        topics = sorted(set(WorkTag.objects.filter(facet=TOPIC).values_list("value", flat=True)))
+        changes = AtlasChange.objects.order_by("id").values_list("id", "at")
+        versions = [v for id_, at in changes for v in (str(id_), at.strftime(VERSION_TIME))]
+    except DatabaseError:  # no tables yet (a system check before migrate): code-derived only
+        return result
     for path, operations in result["paths"].items():
         if not path.startswith("/api/v1/") or path.startswith("/api/v1/runs/"):
             continue
@@ -63,7 +74,7 @@ def schema_atlas_bounds(
                     continue
                 if schema.get("type") == "array":
                     schema["maxItems"] = MAX_VALUES
-                schema |= _parameter_bounds(parameter["name"], path, slugs, topics)
+                schema |= _parameter_bounds(parameter["name"], path, slugs, topics, versions)
     suggestion = result["components"]["schemas"].get("SuggestionRequest", {})
     if slugs and "work" in suggestion.get("properties", {}):
         suggestion["properties"]["work"]["enum"] = slugs

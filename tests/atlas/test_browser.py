@@ -29,7 +29,7 @@ def test_filter_see_the_timeline_pick_three_and_compare_them(browser, live_serve
         page.get_by_label("Universal / weight-tied stack").check()
         page.get_by_text("3 works", exact=True).wait_for()
         # then the list and the timeline follow the filter, and the URL keeps it
-        page.wait_for_function(f"document.querySelectorAll('{POINTS}').length === 3")
+        page.wait_for_function(f"() => document.querySelectorAll('{POINTS}').length === 3")
         assert "recurrence_family=universal" in page.url
         # when Compare is opened from the tray
         page.get_by_role("link", name="open Compare").click()

@@ -119,7 +119,7 @@ def test_bibtex_fields_of_a_journal_work_and_a_preprint(client, two_works) -> No
         "archivePrefix": "arXiv",
         "url": "https://example.org/journal-work",
         "note": f"Loop Atlas: {PAGE}journal-work/",
-        "month": "apr",
+        # no month: an estimated month is a lower bound, not a month to cite
     }
     assert {field.key: field.value for field in preprint.fields} == {
         "title": "{Déjà Vu, Again}",
@@ -146,8 +146,7 @@ def test_ris_fields_of_a_journal_work_and_a_preprint(client, two_works) -> None:
         "id": keys["journal-work"],
         "title": "Loops & {Depth}: 100% of it",
         "authors": ["Ada Lovelace", "Alan Turing"],
-        "year": "2024",
-        "date": "2024/04",
+        "year": "2024",  # no DA: the month is an estimate
         "journal_name": "Journal of Loops",
         "accession_number": "arXiv:2404.01234",
         "urls": ["https://example.org/journal-work", f"{PAGE}journal-work/"],

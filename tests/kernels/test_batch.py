@@ -1,5 +1,8 @@
 """A run in a continuous batch gives what it gives alone (kernels.stream.generate_stream)."""
 
+from collections.abc import Hashable
+from typing import Any
+
 import pytest
 
 from kernels.batch import ContinuousBatch
@@ -65,7 +68,9 @@ def assert_same_run(batched, reference):
 def drive(batch, joins, cancels=None):
     """Step ``batch`` until idle; ``joins``/``cancels``: {step: [keys]} added/cancelled
     before that step. Returns each run's events and summary, and the steps taken."""
-    events, summaries, n = {}, {}, 0
+    events: dict[Hashable, list[dict[str, Any]]] = {}
+    summaries: dict[Hashable, dict[str, Any]] = {}
+    n = 0
     cancels = cancels or {}
     while batch.busy or any(s >= n for s in joins):
         for key in joins.get(n, []):

@@ -69,7 +69,7 @@ def test_no_page_breaks_the_policy_and_the_scripts_still_run(browser, live_serve
         page.get_by_text("3 works", exact=True).wait_for()
         # then the swap ran, redrew the timeline, and broke no rule either
         page.wait_for_function(
-            "document.querySelectorAll('#timeline .scatterlayer .point').length === 3"
+            "() => document.querySelectorAll('#timeline .scatterlayer .point').length === 3"
         )
         assert page.evaluate("window.cspViolations") == []
         assert [line for line in console if "Content Security Policy" in line] == []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from loopatlas.middleware import DATABASE_DOWN, REDIS_DOWN
+from loopatlas.middleware import DATABASE_DOWN
 from tests.playground.stack import Stack, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -167,7 +167,7 @@ def test_with_redis_down_reads_and_throttles_fail_open_and_the_run_queue_is_a_50
         # what needs Redis says so
         submitted = stack.post("/api/v1/runs/", json=_run_body())
         assert submitted.status_code == 503
-        assert submitted.json() == {"detail": REDIS_DOWN}
+        assert "run queue is unreachable" in submitted.json()["detail"]
         assert submitted.headers["Retry-After"] == "5"
         assert "cache unavailable, serving uncached" in stack.log("web")
     finally:

@@ -60,7 +60,7 @@ def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(served, pag
     page.wait_for_url("**/playground/runs/*/")
     # (the heatmap redraws once per animation frame, so it may trail the text a little)
     page.wait_for_function(
-        f"document.querySelectorAll('{GENERATED}').length >= 3"
+        f"() => document.querySelectorAll('{GENERATED}').length >= 3"
         f" && ({HEATMAP_COLUMNS}) >= 14 + 3"  # the 14 prompt bytes, then generated tokens
     )
     status = page.locator("#run-status").inner_text()
@@ -70,7 +70,7 @@ def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(served, pag
     assert page.locator("#heatmap .heatmaplayer image").count() >= 1  # cells drawn
     # and then it finishes with its final stats
     page.wait_for_function(
-        "document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
+        "() => document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
     )
     run = _run_of(served, page)
     stored = served.get(run["tokens_url"]).json()
@@ -100,7 +100,7 @@ def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(served, pag
     # the recent runs list has it, and the permalink replays it after a reload
     page.locator("#recent-runs").get_by_text("def add(a, b):").first.wait_for()
     page.reload()
-    page.wait_for_function(f"{HEATMAP_COLUMNS} === {len(stored)}")
+    page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
     assert page.locator("#tokens .tok").count() == len(stored)
     # Back returns to the empty prompt page, Forward to the run, drawn again
     page.go_back()
@@ -108,7 +108,7 @@ def test_type_a_prompt_run_it_and_watch_tokens_and_heatmap_stream_in(served, pag
     page.get_by_role("heading", name="Output").wait_for()  # the page fetched again
     assert page.locator("#run #tokens .tok").count() == 0
     page.go_forward()
-    page.wait_for_function(f"{HEATMAP_COLUMNS} === {len(stored)}")
+    page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
     assert page.locator("#tokens .tok").count() == len(stored)
     assert page.errors == []
 
@@ -118,10 +118,10 @@ def test_stop_cancels_a_running_run(served, page) -> None:
     page.get_by_role("textbox", name="Prompt").fill("Stop me")
     page.get_by_label("Max new tokens").fill("256")
     page.get_by_role("button", name="Run", exact=True).click()
-    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 2")
+    page.wait_for_function(f"() => document.querySelectorAll('{GENERATED}').length >= 2")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function(
-        "document.getElementById('run-status').textContent.startsWith('Stopped')",
+        "() => document.getElementById('run-status').textContent.startsWith('Stopped')",
         timeout=30_000,
     )
     run = _run_of(served, page)
@@ -139,7 +139,7 @@ def test_reloading_a_running_run_replays_what_is_stored_and_follows_the_rest(ser
     page.get_by_role("textbox", name="Prompt").fill("Reload me")
     page.get_by_label("Max new tokens").fill("160")  # at least 6.4 s: still running at reload
     page.get_by_role("button", name="Run", exact=True).click()
-    page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 3")
+    page.wait_for_function(f"() => document.querySelectorAll('{GENERATED}').length >= 3")
     # when its permalink is reloaded mid-run
     streams: list[str] = []
     page.on(
@@ -148,7 +148,7 @@ def test_reloading_a_running_run_replays_what_is_stored_and_follows_the_rest(ser
     page.reload()
     # then it resumes after the stored tokens and ends with each token exactly once
     page.wait_for_function(
-        "document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
+        "() => document.getElementById('run-status').textContent.startsWith('Done')", timeout=60_000
     )
     run = _run_of(served, page)
     stored = served.get(run["tokens_url"]).json()
@@ -181,7 +181,8 @@ def test_two_visitors_submit_at_once_and_both_pages_stream_to_the_end(served, br
         for page in pages:
             page.wait_for_url("**/playground/runs/*/")
             page.wait_for_function(
-                "/^(Done|Failed|Stopped)/.test(document.getElementById('run-status').textContent)",
+                "() => /^(Done|Failed|Stopped)/"
+                ".test(document.getElementById('run-status').textContent)",
                 timeout=90_000,
             )
             run = _run_of(served, page)
@@ -206,16 +207,16 @@ def test_only_the_visitor_who_started_a_run_sees_its_stop_button(served, browser
         page.get_by_role("textbox", name="Prompt").fill("Mine")
         page.get_by_label("Max new tokens").fill("200")
         page.get_by_role("button", name="Run", exact=True).click()
-        page.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 2")
+        page.wait_for_function(f"() => document.querySelectorAll('{GENERATED}').length >= 2")
         # when another visitor opens its permalink
         theirs = other.new_page()
         theirs.goto(page.url)
-        theirs.wait_for_function(f"document.querySelectorAll('{GENERATED}').length >= 1")
+        theirs.wait_for_function(f"() => document.querySelectorAll('{GENERATED}').length >= 1")
         # then only the creator has Stop, and it works for them
         assert theirs.get_by_role("button", name="Stop").count() == 0
         page.get_by_role("button", name="Stop").click()
         theirs.wait_for_function(
-            "document.getElementById('run-status').textContent.startsWith('Stopped')",
+            "() => document.getElementById('run-status').textContent.startsWith('Stopped')",
             timeout=30_000,
         )
     finally:

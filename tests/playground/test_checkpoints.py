@@ -87,6 +87,7 @@ def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_
     good, bad = model_get(name="good"), model_get(name="bad")
 
     # then: the summary shows; a broken file costs the notes only, never the model
+    assert good is not None and bad is not None
     assert good.summary == "Adds numbers." and good.examples == ("12+34=", "99+01=")
     assert dict(good.defaults) == {"q": 0.5, "decoding": "sample"}  # only defaultable ones
     assert bad.available and bad.summary == "" and bad.examples == () and bad.defaults == ()

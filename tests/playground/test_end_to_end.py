@@ -4,6 +4,7 @@ processes share). A prompt goes in through the API and comes back over SSE."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
@@ -136,7 +137,7 @@ def test_cancel_stops_the_run_between_tokens(live):
 
 def test_a_flooding_client_gets_429_while_another_still_runs_to_done(live):
     # given: a client flooding from 127.0.0.1, another from 127.0.0.2 (its own address)
-    flooder = []
+    flooder: list[dict[str, Any]] = []
     while len(flooder) < 10:
         response = live.submit_response(prompt=PROMPT, model="ouro-tiny", max_new_tokens=256)
         if response.status_code != 201:
@@ -197,7 +198,7 @@ def test_a_worker_killed_mid_batch_leaves_every_run_failed_not_running(live):
 
 def test_runs_submitted_together_stream_what_they_stream_alone(live, direct_events):
     # given: four runs on different settings, submitted at once (one batch)
-    settings_ = [
+    settings_: list[dict[str, Any]] = [
         {"max_new_tokens": 12, "q": 0.6},
         {"max_new_tokens": 9, "exit_rule": "fixed", "fixed_loops": 2},
         {"max_new_tokens": 10, "temperature": 0.8, "seed": 4, "q": 0.8},

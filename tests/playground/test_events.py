@@ -257,7 +257,8 @@ def asgi_get(path: str, *, disconnect_after: float | None = None, query: bytes =
     async def receive():
         if disconnect_after is None:
             await asyncio.sleep(3600)
-        await asyncio.sleep(disconnect_after)
+        else:
+            await asyncio.sleep(disconnect_after)
         return {"type": "http.disconnect"}
 
     async def send(message):

@@ -87,7 +87,8 @@ def test_chromium_renders_both_models_charts_and_tables(browser, live_server, tw
     try:
         page.goto(f"{live_server.url}/playground/frontier/")
         page.wait_for_function(
-            "document.querySelectorAll('.frontier-chart .main-svg').length >= 2", timeout=15_000
+            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 2",
+            timeout=15_000,
         )
         traces = page.evaluate(
             "[...document.querySelectorAll('.frontier-chart')].map(c => c.data.map(t => t.name))"

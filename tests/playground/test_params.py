@@ -2,8 +2,11 @@
 ``GenerationParams`` agree with ``kernels.params.RunParams`` (names, defaults, bounds)."""
 
 from dataclasses import fields
+from typing import cast
 
 import pytest
+from django import forms
+from rest_framework import serializers
 
 from kernels.params import BOUNDS, CHOICES, Bound, RunParams
 from playground.forms import SAMPLING_INITIAL, RunForm
@@ -49,7 +52,7 @@ def test_run_params_name_every_field_out_of_bounds():
         "q": "must lie in (0, 1]",
         "temperature": "must lie in [0, 5]",
         "fixed_loops": "must lie in [1, 32]",
-        "exit_rule": "must be one of q-exit, convergence, fixed",
+        "exit_rule": "must be one of q-exit, convergence, fixed, ponder, act",
     }
     with pytest.raises(ValueError, match="temperature must lie in"):
         RunParams(temperature=6).validate()
@@ -80,8 +83,10 @@ def test_the_serializer_derives_its_fields_defaults_and_bounds():
         else:
             assert field.default == getattr(defaults, name), name
         if name in CHOICES:
+            assert isinstance(field, serializers.ChoiceField), name
             assert list(field.choices) == list(CHOICES[name]), name
         else:
+            assert isinstance(field, serializers.IntegerField | serializers.FloatField), name
             assert (field.min_value, field.max_value) == (BOUNDS[name].low, BOUNDS[name].high)
 
 
@@ -94,6 +99,7 @@ def test_the_form_derives_its_bounds_and_defaults():
     # then
     for name in FORM_NAMES:
         field = form.fields[name]
+        assert isinstance(field, forms.IntegerField), name  # FloatField is one too
         assert (field.min_value, field.widget.attrs["min"]) == (BOUNDS[name].low,) * 2, name
         if name != "loops":  # its max is the chosen model's 2·T, within the fixed bound
             assert field.max_value == BOUNDS[name].high, name
@@ -101,7 +107,11 @@ def test_the_form_derives_its_bounds_and_defaults():
         if name != "loops":  # its initial is the chosen model's T
             assert field.initial == initial, name
     for name in CHOICES:
-        assert [value for value, _ in form.fields[name].choices] == list(CHOICES[name])
+        choice = form.fields[name]
+        assert isinstance(choice, forms.ChoiceField), name
+        # the stubs type the getter as the setter's input; Django normalises it to pairs
+        pairs = cast(list[tuple[str, str]], choice.choices)
+        assert [value for value, _ in pairs] == list(CHOICES[name])
         assert form.fields[name].initial == getattr(defaults, name)
 
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from playground import services
 from playground.models import Run
+from workers import execution
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def test_a_message_redelivered_to_the_same_worker_fails_the_run_even_with_a_fres
     # the broker handed the message back to the same worker name
     run = _running(run_factory, worker="w1", heartbeat_age_s=1)
     # when
-    result = services.run_execute(run_id=run.id, worker="w1")
+    result = execution.run_execute(run_id=run.id, worker="w1")
     # then the run ends failed with the reason, rather than staying running forever
     run.refresh_from_db()
     assert result is None
@@ -43,14 +43,14 @@ def test_a_message_redelivered_to_the_same_worker_fails_the_run_even_with_a_fres
 
 def test_a_stale_run_of_another_worker_is_failed_naming_that_worker(settings, run_factory):
     run = _running(run_factory, worker="w2", heartbeat_age_s=settings.PLAYGROUND_STALE_AFTER_S + 5)
-    assert services.run_execute(run_id=run.id, worker="w1") is None
+    assert execution.run_execute(run_id=run.id, worker="w1") is None
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.error == "its worker (w2) was lost mid-run"
 
 
 def test_a_fresh_run_of_another_worker_is_left_to_it(run_factory) -> None:
     run = _running(run_factory, worker="w2", heartbeat_age_s=1)
-    assert services.run_execute(run_id=run.id, worker="w1") is None
+    assert execution.run_execute(run_id=run.id, worker="w1") is None
     run.refresh_from_db()
     assert (run.status, run.worker, run.finished_at, run.error) == ("running", "w2", None, "")
 
@@ -59,17 +59,17 @@ def test_a_queued_run_is_started_once_by_the_worker_that_takes_it(run_factory) -
     # given
     run = run_factory(params={"max_new_tokens": 2, "q": 0.7, "loops": None, "seed": 0})
     # when
-    finished = services.run_execute(run_id=run.id, worker="w1")
+    finished = execution.run_execute(run_id=run.id, worker="w1")
     # then
     run.refresh_from_db()
     assert finished is not None and finished.pk == run.pk
     assert (run.status, run.worker, run.attempts) == ("done", "w1", 1)
     assert run.started_at is not None and run.started_at <= run.finished_at
     # and the same message again changes nothing
-    assert services.run_execute(run_id=run.id, worker="w1") is None
+    assert execution.run_execute(run_id=run.id, worker="w1") is None
     run.refresh_from_db()
     assert (run.status, run.attempts) == ("done", 1)
 
 
 def test_a_message_for_no_run_is_skipped() -> None:
-    assert services.run_execute(run_id=uuid.uuid4(), worker="w1") is None
+    assert execution.run_execute(run_id=uuid.uuid4(), worker="w1") is None

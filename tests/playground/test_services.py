@@ -35,6 +35,7 @@ def test_submit_creates_a_queued_run_and_enqueues_it_on_commit(
         "q": 0.5,
         "kl_threshold": 1e-3,
         "fixed_loops": None,
+        "act_eps": 0.01,
         "loops": 2,
         "kv_policy": "best-available",
         "temperature": 0.0,

@@ -52,6 +52,7 @@ def test_a_cancelled_handle_ends_its_run_and_a_bad_one_queues_nothing():
         seen += event.phase == "generated"
         if seen == 2:
             handle.cancel()
+    assert handle.summary is not None
     assert handle.summary["stopped"] == "stopped"
     assert 2 <= handle.summary["generated_tokens"] < 200
 
