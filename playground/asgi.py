@@ -17,6 +17,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+
 from playground.events import STREAM_HEADERS, run_events_open
 from playground.visitors import visitor_address
 
@@ -48,6 +51,9 @@ async def events_app(scope: Scope, receive: Receive, send: Send, *, run_id: str)
     if scope["method"] not in ("GET", "HEAD"):
         await _plain(send, 405, "Only GET reads a run's events.", [(b"allow", b"GET, HEAD")])
         return
+    if not host_allowed(headers.get("host", "")):
+        await _plain(send, 400, "Invalid Host header.")
+        return
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     meta = {"REMOTE_ADDR": (scope.get("client") or ("", 0))[0]}
     if "x-forwarded-for" in headers:
@@ -68,6 +74,16 @@ async def events_app(scope: Scope, receive: Receive, send: Send, *, run_id: str)
         }
     )
     await _relay(reply.chunks, receive, send)
+
+
+def host_allowed(host: str) -> bool:
+    """Django's ``ALLOWED_HOSTS`` check, which this path would otherwise skip (it never
+    builds a Django request): a forged Host gets no stream, as it gets no page."""
+    allowed = settings.ALLOWED_HOSTS
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]  # Django's own DEBUG default
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
 
 
 async def _relay(chunks: AsyncGenerator[str], receive: Receive, send: Send) -> None:

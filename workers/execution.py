@@ -134,6 +134,11 @@ def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: in
         run.refresh_from_db()  # failed meanwhile: that outcome stands
         return run
     status = Run.Status.CANCELLED if stop_reason else Run.Status.DONE
+    if stop_reason and "prompt_tokens" in stats:
+        # The batch may have run past the stop before this thread read it; the run's
+        # summary states what the run kept: stopped, after the tokens it stored.
+        kept = max(last_position + 1 - stats["prompt_tokens"], 0)
+        stats = stats | {"stopped": "stopped", "generated_tokens": kept}
     Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
         status=status, stats=stats, finished_at=timezone.now(), heartbeat_at=timezone.now()
     )

@@ -35,7 +35,7 @@ def _parameter_bounds(
     name: str, path: str, slugs: list[str], topics: list[str], versions: list[str]
 ) -> dict:
     """The schema (merged into drf-spectacular's) for one atlas query parameter."""
-    if name in ("since", "version"):
+    if name == "since":
         return {"enum": versions} if versions else {}
     if name == "topics":
         items = {"type": "string", "enum": topics} if topics else {"type": "string"}
@@ -70,6 +70,8 @@ def schema_atlas_bounds(
                 schema = parameter["schema"]
                 if parameter["in"] == "path" and parameter["name"] == "slug" and slugs:
                     schema["enum"] = slugs
+                if parameter["in"] == "path" and parameter["name"] == "version" and versions:
+                    schema["enum"] = versions
                 if parameter["in"] != "query":
                     continue
                 if schema.get("type") == "array":

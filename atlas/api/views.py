@@ -182,7 +182,6 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     renderer_classes = EXPORT_RENDERERS
     metadata_class = None  # OPTIONS is a 405: describing the endpoint is not a file
     throttle_classes = [ExportThrottle]
-    extra_query_params = ("version",)
 
     @extend_schema(
         responses={
@@ -193,43 +192,67 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
             for fmt in EXPORT_FORMATS.values()
         }
         | {400: ERRORS[400], 429: OpenApiResponse(description="Too many exports; retry later.")},
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request) -> Response:
+        works = self.filter_queryset(self.get_queryset())
+        rows = list(WorkSerializer(works, many=True, context={"request": request}).data)
+        return _export_response(request, rows, self.content_version.label)
+
+
+def _export_response(request: Request, rows: Sequence[dict[str, Any]], version: str) -> Response:
+    fmt = EXPORT_FORMATS[request.accepted_renderer.format]
+    disposition = f'attachment; filename="{export_filename(fmt, version)}"'
+    headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
+    return Response({"version": version, "rows": rows}, headers=headers)
+
+
+class PinnedExportViewSet(viewsets.GenericViewSet):
+    """Every work exactly as data version ``version`` exported it, byte for byte, in any
+    export format: what a paper cites as "Loop Atlas data version X". A version is its own
+    resource, so it takes no filters (it is the whole atlas as it was)."""
+
+    queryset = Work.objects.none()
+    filter_backends = [StrictFilterBackend]  # no filterset: any parameter but format is a 400
+    pagination_class = None
+    renderer_classes = EXPORT_RENDERERS
+    metadata_class = None
+    throttle_classes = [ExportThrottle]
+    lookup_field = "version"
+    lookup_value_regex = r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
+
+    @extend_schema(
+        responses={
+            (200, fmt.media_type): OpenApiResponse(
+                ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
+                description=fmt.label,
+            )
+            for fmt in EXPORT_FORMATS.values()
+        }
+        | {404: ERRORS[404], 429: OpenApiResponse(description="Too many exports; retry later.")},
         parameters=[
             OpenApiParameter(
                 "version",
                 OpenApiTypes.STR,
-                description="A data version (its number or its time as exports state it): "
-                "every work exactly as it was then; not combined with filters.",
+                OpenApiParameter.PATH,
+                description="A data version: its number, or its time as exports state it "
+                "(YYYY-MM-DDTHH:MM:SSZ, the newest change of that second).",
             )
         ],
     )
-    @conditional(selectors.data_version)
-    def list(self, request: Request) -> Response:
-        if "version" in request.query_params:
-            pinned = _pinned_version(request)
-            fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
-            rows: Sequence[dict[str, Any]] = [
-                {name: row[name] for name in fields}
-                | {"page_url": request.build_absolute_uri(row["page_url"])}
-                for row in selectors.version_rows(pinned)
-            ]
-            version = pinned.label
-        else:
-            works = self.filter_queryset(self.get_queryset())
-            rows = list(WorkSerializer(works, many=True, context={"request": request}).data)
-            version = self.content_version.label
-        fmt = EXPORT_FORMATS[request.accepted_renderer.format]
-        disposition = f'attachment; filename="{export_filename(fmt, version)}"'
-        headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
-        return Response({"version": version, "rows": rows}, headers=headers)
-
-
-def _pinned_version(request: Request) -> selectors.DataVersion:
-    filters = sorted(set(request.query_params) - {"version", "format"})
-    if filters:
-        raise ValidationError(
-            {"version": [f"a pinned export holds every work; it takes no {', '.join(filters)}"]}
-        )
-    return _version(request, "version")
+    def retrieve(self, request: Request, version: str) -> Response:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        try:
+            pinned = selectors.data_version_find(version)
+        except selectors.UnknownVersion as exc:
+            raise NotFound(str(exc)) from exc
+        fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
+        rows = [
+            {name: row[name] for name in fields}
+            | {"page_url": request.build_absolute_uri(row["page_url"])}
+            for row in selectors.version_rows(pinned)
+        ]
+        return _export_response(request, rows, pinned.label)
 
 
 def _version(request: Request, name: str) -> selectors.DataVersion:

@@ -248,7 +248,13 @@ def test_no_middleware_puts_the_stream_on_a_thread(settings):
 # -- the same stream served in front of Django (playground.asgi)
 
 
-def asgi_get(path: str, *, disconnect_after: float | None = None, query: bytes = b""):
+def asgi_get(
+    path: str,
+    *,
+    disconnect_after: float | None = None,
+    query: bytes = b"",
+    host: bytes = b"testserver",
+):
     """Call the project's ASGI application; returns the status and the body sent."""
     from loopatlas.asgi import application
 
@@ -269,7 +275,7 @@ def asgi_get(path: str, *, disconnect_after: float | None = None, query: bytes =
         "method": "GET",
         "path": path,
         "query_string": query,
-        "headers": [(b"host", b"testserver")],
+        "headers": [(b"host", host)],
         "client": ("127.0.0.1", 5000),
     }
 
@@ -295,6 +301,20 @@ def test_the_asgi_front_streams_a_run_without_entering_django(run_factory):
     assert (status, headers[b"content-type"]) == (200, b"text/event-stream")
     assert [e.get("id") for e in parse([body])] == [None, "1", "2", None]
     assert (missing[0], malformed[0]) == (404, 400)
+
+
+def test_the_asgi_front_refuses_a_host_django_would_refuse(run_factory):
+    # given a run, and Host headers outside ALLOWED_HOSTS
+    run = run_factory(tokens=3, status="done")
+
+    # when
+    forged = asgi_get(run.get_events_url(), host=b"evil.example")
+    empty = asgi_get(run.get_events_url(), host=b"")
+    allowed = asgi_get(run.get_events_url(), host=b"testserver:8000")
+
+    # then
+    assert (forged[0], forged[2]) == (400, "Invalid Host header.")
+    assert (empty[0], allowed[0]) == (400, 200)
 
 
 def test_a_viewer_going_away_closes_its_stream_and_is_counted_off(run_factory):

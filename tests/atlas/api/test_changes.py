@@ -1,4 +1,5 @@
-"""Versioned data: GET /api/v1/changes/?since=VERSION and exports pinned with ?version=."""
+"""Versioned data: GET /api/v1/changes/?since=VERSION and exports pinned to a version,
+GET /api/v1/export/versions/VERSION/."""
 
 from datetime import timedelta
 
@@ -85,9 +86,9 @@ def test_an_export_pinned_to_a_version_reproduces_it_exactly(
     # when the data changes and the export is pinned to that version, by number or time
     _approve_kv(curator)
     assert client.get(f"/api/v1/export/?format={fmt}").content != before
-    by_number = client.get(f"/api/v1/export/?format={fmt}&version={loaded.pk}")
+    by_number = client.get(f"/api/v1/export/versions/{loaded.pk}/?format={fmt}")
     label = loaded.at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    by_time = client.get(f"/api/v1/export/?format={fmt}&version={label}")
+    by_time = client.get(f"/api/v1/export/versions/{label}/?format={fmt}")
     # then both are byte for byte the export of that version
     assert by_number.status_code == 200 and by_number.content == before
     assert by_time.content == before
@@ -96,8 +97,7 @@ def test_an_export_pinned_to_a_version_reproduces_it_exactly(
 @pytest.mark.parametrize(
     ("query", "param", "message"),
     [
-        ("export/?version=999999", "version", "there is no data version '999999'"),
-        ("export/?version=1&modality=vision", "version", "it takes no modality"),
+        ("export/versions/1/?modality=vision", "modality", "unknown parameter; allowed: format"),
         ("changes/?since=yesterday", "since", "'yesterday' is not a data version"),
         ("changes/?until=3", "until", "unknown parameter; allowed: format, since"),
     ],
@@ -106,6 +106,12 @@ def test_a_bad_version_is_a_400_naming_it(client, small_atlas, query, param, mes
     response = client.get(f"/api/v1/{query}")
     assert response.status_code == 400
     assert message in response.json()["errors"][param][0]
+
+
+def test_an_unknown_version_is_a_404_naming_it(client, small_atlas) -> None:
+    response = client.get("/api/v1/export/versions/999999/")
+    assert response.status_code == 404
+    assert "there is no data version '999999'" in response.json()["detail"]
 
 
 def test_a_suggestion_names_a_bad_evidence_source(client, small_atlas) -> None:
