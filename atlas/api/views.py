@@ -170,6 +170,16 @@ def _compare_slugs(raw: str) -> list[str]:
     return slugs
 
 
+# An export's answers, in each format it offers (JSON, CSV, BibTeX, RIS).
+EXPORT_RESPONSES = {
+    (200, fmt.media_type): OpenApiResponse(
+        ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
+        description=fmt.label,
+    )
+    for fmt in EXPORT_FORMATS.values()
+} | {429: OpenApiResponse(description="Too many exports; retry later.")}
+
+
 class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     """The filtered works as a file: JSON, CSV, BibTeX or RIS (``format`` or ``Accept``).
 
@@ -184,14 +194,7 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
     throttle_classes = [ExportThrottle]
 
     @extend_schema(
-        responses={
-            (200, fmt.media_type): OpenApiResponse(
-                ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
-                description=fmt.label,
-            )
-            for fmt in EXPORT_FORMATS.values()
-        }
-        | {400: ERRORS[400], 429: OpenApiResponse(description="Too many exports; retry later.")},
+        responses=EXPORT_RESPONSES | {400: ERRORS[400]},
     )
     @conditional(selectors.data_version)
     def list(self, request: Request) -> Response:
@@ -222,14 +225,7 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
     lookup_value_regex = r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 
     @extend_schema(
-        responses={
-            (200, fmt.media_type): OpenApiResponse(
-                ExportDocumentSerializer if fmt.name == "json" else OpenApiTypes.STR,
-                description=fmt.label,
-            )
-            for fmt in EXPORT_FORMATS.values()
-        }
-        | {404: ERRORS[404], 429: OpenApiResponse(description="Too many exports; retry later.")},
+        responses=EXPORT_RESPONSES | {404: ERRORS[404]},
         parameters=[
             OpenApiParameter(
                 "version",
