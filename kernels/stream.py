@@ -34,7 +34,7 @@ class GenerationParams(RunParams):
         super().validate()
         kv_policy(self.kv_policy)
         self.rule()
-        Sampler(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+        self.sampler()
         return self
 
     def sampler(self) -> Sampler:
