@@ -217,11 +217,13 @@ class DepthKVCache:
         self.e_k[layer][rows, slots] = k
         self.e_v[layer][rows, slots] = v
 
-    def commit_prefill(self, exit_loop: Tensor, lengths: list[int]) -> None:
-        """After prefill: each position's compute depth (B, S) and each row's length."""
+    def commit_prefill(self, exit_loop: Tensor, lengths: list[int], start: int = 0) -> None:
+        """After prefill, or one chunk of it: the compute depth (B, W) of positions
+        [start, start + W) and each row's length so far."""
         assert exit_loop.shape[0] == self.batch == len(lengths), "one length per row"
-        assert max(lengths) <= exit_loop.shape[1] <= self.capacity, "positions past capacity"
-        self.exit_loop[:, : exit_loop.shape[1]] = exit_loop.to(torch.int8)
+        stop = start + exit_loop.shape[1]
+        assert max(lengths) <= stop <= self.capacity, "positions past capacity"
+        self.exit_loop[:, start:stop] = exit_loop.to(torch.int8)
         self.e_len = list(lengths)
 
     def commit_token(self, row: int, loop: int) -> None:
@@ -232,23 +234,26 @@ class DepthKVCache:
         self.exit_loop[row, position] = loop
         self.e_len[row] = position + 1
 
-    def keep_loop(self, t: int, kept: Tensor) -> None:
-        """Copy loop t's K/V of the ``kept`` (B, S) positions (read from their terminal
-        slots) into a new loop-t store, sized exactly."""
-        assert kept.shape[0] == self.batch and kept.dtype == torch.bool, "kept is (B, S) bool"
+    def keep_loop(self, t: int, kept: Tensor, start: int = 0) -> None:
+        """Add loop t's K/V of the ``kept`` (B, W) positions [start, start + W) (read from
+        their terminal slots) to the loop-t store; a new store is sized exactly."""
+        assert kept.shape[0] == self.batch and kept.dtype == torch.bool, "kept is (B, W) bool"
         flat = kept.flatten().nonzero().squeeze(1)
         if not len(flat):
             return
-        s = kept.shape[1]
+        w = kept.shape[1]
         counts = kept.sum(1).tolist()
         store = self.loop(t, caps=counts)
-        rows, rank = flat // s, (kept.cumsum(1) - 1).flatten()[flat]
-        cols = flat % s
-        dst = torch.tensor(store.offsets, device=self.device)[rows] + rank
+        before = list(store.lens)
+        store.reserve([n + c for n, c in zip(before, counts, strict=True)])
+        rows, rank = flat // w, (kept.cumsum(1) - 1).flatten()[flat]
+        cols = flat % w + start
+        ends = [o + n for o, n in zip(store.offsets, before, strict=True)]
+        dst = torch.tensor(ends, device=self.device)[rows] + rank
         for layer in range(self.n_layers):
             store.k[layer][dst] = self.e_k[layer][rows, cols]
             store.v[layer][dst] = self.e_v[layer][rows, cols]
-        store.lens = counts
+        store.lens = [n + c for n, c in zip(before, counts, strict=True)]
 
     # -- loop stores -------------------------------------------------------------------
     def loop(self, t: int, caps: list[int] | None = None) -> LoopStore:

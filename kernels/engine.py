@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.attention import DecodePlan, PrefillTiles
+from kernels.attention import DecodePlan, PrefillTiles, Segment, additive_mask, attend_segments
 from kernels.cache import DepthKVCache
 from kernels.exits import step_mass
 from kernels.model import Attend, LoopedLM, padded_causal_attend
 from kernels.rules import ExitRule, KVPolicy, LoopSignals, QExit, kv_policy
 from kernels.sampling import Sampler
-from kernels.scheduler import Done, RowSettings, Scheduler, StepPlan
+from kernels.scheduler import ChunkStep, Done, PrefillSchedule, RowSettings, Scheduler, StepPlan
 from kernels.work import FlopModel, Work
 
 
@@ -176,6 +176,41 @@ class DecodeState:
     state: _TokenState  # (B, …) its stopping distribution and output logits
     trace: Trace | None  # (T, B, …)
     works: list[Work]  # executed work, per row (rows may share one counter)
+
+
+@dataclass
+class PrefillState:
+    """The step runner's tensors for one prefill: B prompts right-aligned to S positions."""
+
+    ids: Tensor  # (B, S) token ids (pads 0)
+    lengths: list[int]
+    real: Tensor  # (B, S) bool, real positions
+    active: Tensor  # (B, S) bool, positions still running
+    x: Tensor  # (B*S, H) each position's current state
+    keys: Tensor  # (B*S,) causal keys each position sees (work counts)
+    cos: Tensor  # (S, d) rotary tables by position
+    sin: Tensor
+    cache: DepthKVCache
+    state: _TokenState  # (B*S, …)
+    trace: Trace | None  # (T, B*S, …)
+    loops_computed: Tensor  # (B*S,)
+    work: Work
+    keep_cache: bool
+
+    def result(self) -> PrefillResult:
+        """What the prefill gives once its schedule is done."""
+        b, s = self.ids.shape
+        return PrefillResult(
+            ids=self.ids,
+            lengths=self.lengths,
+            logits=self.state.out_logits.view(b, s, -1) * self.real[..., None],
+            exit_loop=self.state.reported.view(b, s),
+            loops_computed=self.loops_computed.view(b, s),
+            cache=self.cache if self.keep_cache else None,
+            work=self.work,
+            trace=self.trace,
+            state=self.state,
+        )
 
 
 @dataclass
@@ -360,6 +395,7 @@ class Engine:
         *,
         reserve: int = 0,
         keep_cache: bool = True,
+        chunk: int | None = None,
     ) -> PrefillResult:
         """Run every prompt position through its loops.
 
@@ -369,85 +405,117 @@ class Engine:
                 causal attention never lets a real token see it).
             reserve: extra cache slots per row for tokens decoded afterwards.
             keep_cache: keep every loop's K/V that decoding needs afterwards.
+            chunk: positions per step (:class:`kernels.scheduler.PrefillSchedule`; default
+                all of them). Chunking changes only the rounding, never an exit's rule.
         """
+        prefilling = self.prefill_state(
+            rows, attention_mask, reserve=reserve, keep_cache=keep_cache
+        )
+        length = prefilling.ids.shape[1]
+        schedule = PrefillSchedule(length, chunk or length, self.n_loops)
+        while (step := schedule.plan()) is not None:
+            schedule.advance(step, self.run_prefill_step(step, prefilling))
+        return prefilling.result()
+
+    def prefill_state(
+        self,
+        rows: list[list[int]] | Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        reserve: int = 0,
+        keep_cache: bool = True,
+    ) -> PrefillState:
+        """The tensors of a prefill not yet run (see :meth:`prefill` for the arguments)."""
         ids, lengths = _right_aligned(rows, attention_mask, self.device)
         b, s = ids.shape
-        work = Work()
         real = torch.arange(s, device=self.device)[None, :] < torch.tensor(lengths)[:, None].to(
             self.device
         )
-        cos_s, sin_s = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
-        cache = self.new_cache(b, s + reserve)
-        state = _TokenState.create(
-            b * s,
-            self.config.vocab_size,
-            self.dtype,
-            self.device,
-            self.rule.needs_logits,
-            self.seed,
-        )
-        trace = Trace.empty(self.n_loops, b * s, self.top_k, self.device) if self.tracing else None
-        loops_computed = torch.zeros(b * s, dtype=torch.long, device=self.device)
+        cos, sin = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
         keys = (torch.arange(s, device=self.device) + 1).repeat(b).float()  # causal keys seen
+        work = Work()
         n_real = sum(lengths)
         work.token_loops_full = n_real * self.n_loops
         work.flops_full = self.n_loops * self.flops.loops(n_real, float(keys[real.flatten()].sum()))
         work.flops_full += self.flops.head * self.full_heads * n_real
-
-        x = self.body.embed_tokens(ids).flatten(0, 1)  # (B*S, H)
-        active = real.clone()  # (B, S)
-        for t in range(1, self.n_loops + 1):
-            flat = active.flatten().nonzero().squeeze(1)  # (N,) active tokens, into B*S
-            if not len(flat):
-                break
-            cols, row_of = flat % s, flat // s
-            if len(flat) == b * s:  # every position active: the fused causal kernel as is
-                h = self._run_layers(
-                    x.view(b, s, -1), cos_s, sin_s, self._dense_attend(cache, s)
-                ).flatten(0, 1)
-            else:
-                tiles = PrefillTiles(flat, b, s, self.dtype)
-                h = self._run_layers(
-                    x[flat],
-                    cos_s[cols],
-                    sin_s[cols],
-                    self._tiled_attend(cache, tiles, row_of, cols),
-                )
-            self._count(work, len(flat), float(keys[flat].sum()))
-            loops_computed[flat] += 1
-            stop, _ = self._finish_loop(t, flat, cols, h, state, trace, work)
-            x[flat] = h
-            active.view(-1)[flat[stop]] = False
-            if keep_cache and t < self.n_loops:
-                # loop t's K/V that stays needed: positions going on (and, for recompute-kv,
-                # those stopping now too, whose terminal entry becomes the projection)
-                kept = active.flatten().clone()
-                if self.policy.frozen_terminal:
-                    kept[flat] = True
-                cache.keep_loop(t, kept.view(b, s))
-            if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
-                frozen = stop.nonzero().squeeze(1)
-                c = cols[frozen]
-                for index, (k, v) in enumerate(
-                    self._frozen_kv(h[frozen], cos_s[c], sin_s[c], work)
-                ):
-                    cache.write_terminal(index, row_of[frozen], c, k, v)
-
-        depth = loops_computed.view(b, s)
-        cache.commit_prefill(depth, lengths)
-        return PrefillResult(
+        tracing = self.tracing
+        return PrefillState(
             ids=ids,
             lengths=lengths,
-            logits=state.out_logits.view(b, s, -1) * real[..., None],
-            exit_loop=state.reported.view(b, s),
-            loops_computed=depth,
-            cache=cache if keep_cache else None,
+            real=real,
+            active=real.clone(),
+            x=self.body.embed_tokens(ids).flatten(0, 1),
+            keys=keys,
+            cos=cos,
+            sin=sin,
+            cache=self.new_cache(b, s + reserve),
+            state=_TokenState.create(
+                b * s,
+                self.config.vocab_size,
+                self.dtype,
+                self.device,
+                self.rule.needs_logits,
+                self.seed,
+            ),
+            trace=Trace.empty(self.n_loops, b * s, self.top_k, self.device) if tracing else None,
+            loops_computed=torch.zeros(b * s, dtype=torch.long, device=self.device),
             work=work,
-            trace=trace,
-            state=state,
+            keep_cache=keep_cache,
         )
 
-    def _dense_attend(self, cache: DepthKVCache, s: int) -> Callable[[int], Attend]:
+    @torch.no_grad()
+    def run_prefill_step(self, step: ChunkStep, prefilling: PrefillState) -> bool:
+        """The prefill's step runner: loop ``step.loop`` of the still-running positions
+        [start, stop) of every row. Returns "a position of the chunk runs on"; once none
+        does, the chunk's depths are committed to the cache.
+
+        In loop t a position sees every earlier position as in unchunked prefill: its own
+        chunk's current K/V (causal), and earlier chunks' positions the way a decode step
+        sees earlier tokens (the terminal entries visible at t and the loop-t store), which
+        hold exactly the K/V those positions had at loop t. Host syncs: the active
+        positions, and one read of "any still running"."""
+        p, cache = prefilling, prefilling.cache
+        lo, hi, t = step.start, step.stop, step.loop
+        b, s = p.ids.shape
+        chunk = p.active[:, lo:hi]  # (B, W)
+        local = chunk.flatten().nonzero().squeeze(1)  # (N,) into B*W
+        w = hi - lo
+        row_of, cols = local // w, local % w + lo
+        flat = row_of * s + cols  # (N,) into B*S
+        if lo == 0 and len(flat) == b * w:  # the whole prefix active: the fused causal kernel
+            x = p.x.view(b, s, -1)[:, :hi]  # (B, W, H)
+            h = self._run_layers(x, p.cos[:hi], p.sin[:hi], self._dense_attend(cache)).flatten(0, 1)
+        elif lo == 0:
+            tiles = PrefillTiles(local, b, w, self.dtype)
+            attend = self._tiled_attend(cache, tiles, row_of, cols)
+            h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
+        else:
+            attend = self._chunk_attend(cache, step, row_of, cols)
+            h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
+        self._count(p.work, len(flat), float(p.keys[flat].sum()))
+        p.loops_computed[flat] += 1
+        stop, _ = self._finish_loop(t, flat, cols, h, p.state, p.trace, p.work)
+        p.x[flat] = h
+        p.active.view(-1)[flat[stop]] = False
+        if p.keep_cache and t < self.n_loops:
+            # loop t's K/V that stays needed: positions going on (and, for recompute-kv,
+            # those stopping now too, whose terminal entry becomes the projection)
+            kept = p.active[:, lo:hi].clone()
+            if self.policy.frozen_terminal:
+                kept.view(-1)[local] = True
+            cache.keep_loop(t, kept, start=lo)
+        if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
+            frozen = stop.nonzero().squeeze(1)
+            c = cols[frozen]
+            for index, (k, v) in enumerate(self._frozen_kv(h[frozen], p.cos[c], p.sin[c], p.work)):
+                cache.write_terminal(index, row_of[frozen], c, k, v)
+        going_on = bool(p.active[:, lo:hi].any())
+        if not going_on:
+            depth = p.loops_computed.view(b, s)[:, lo:hi]
+            cache.commit_prefill(depth, [min(n, hi) for n in p.lengths], start=lo)
+        return going_on
+
+    def _dense_attend(self, cache: DepthKVCache) -> Callable[[int], Attend]:
         causal = padded_causal_attend(None)
 
         def for_layer(index: int) -> Attend:
@@ -468,6 +536,41 @@ class Engine:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
                 cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
                 return tiles.attend(q, ek, ev)
+
+            return attend
+
+        return for_layer
+
+    def _chunk_attend(
+        self, cache: DepthKVCache, step: ChunkStep, rows: Tensor, cols: Tensor
+    ) -> Callable[[int], Attend]:
+        """Queries of a chunk past the first: per row, the terminal entries [0, stop) (earlier
+        chunks' as visible at the loop, its own chunk's causally) and the loop-t store."""
+        lo, hi, t = step.start, step.stop, step.loop
+        keys = torch.arange(hi, device=self.device)
+        prefix = self.policy.terminal_visible(cache.exit_loop[:, :lo].long(), t, self.n_loops)
+        store = cache.loops[t - 1] if t < cache.n_loops else None
+        groups = []
+        for r in rows.unique().tolist():
+            sel = (rows == r).nonzero().squeeze(1)  # this row's queries
+            visible = keys[None, :] <= cols[sel, None]  # (n, W)
+            visible[:, :lo] &= prefix[r, None, :]
+            mask = additive_mask(visible[None, None], self.dtype)  # (1, 1, n, W)
+            groups.append((sel, r, mask, store.lens[r] if store is not None else 0))
+
+        def for_layer(index: int) -> Attend:
+            ek, ev = cache.e_k[index], cache.e_v[index]
+
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
+                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
+                out = torch.empty_like(q)
+                for sel, r, mask, n in groups:
+                    segments = [Segment(ek[r : r + 1, :hi], ev[r : r + 1, :hi], mask)]
+                    if n:
+                        assert store is not None
+                        segments.append(Segment(*store.row(index, r)))
+                    out[sel] = attend_segments(q[sel][None], segments)[0]
+                return out
 
             return attend
 

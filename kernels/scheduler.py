@@ -150,3 +150,44 @@ class Scheduler:
         state.token, state.position = token, state.position + 1
         state.loop, state.computed, state.generated = 1, 0, state.generated + 1
         state.waiting = False
+
+
+@dataclass(frozen=True)
+class ChunkStep:
+    """One prefill step: loop ``loop`` of the still-running prompt positions [start, stop)."""
+
+    start: int
+    stop: int
+    loop: int
+
+
+class PrefillSchedule:
+    """A prompt's prefill as steps of at most ``chunk`` positions, one loop each.
+
+    Chunk by chunk, in position order: a chunk runs loop 1, 2, … until none of its
+    positions is still running (or its loop cap), then the next chunk starts at loop 1.
+    Positions of a finished chunk never run again, so a later chunk sees them as a decode
+    step sees earlier tokens. One step costs at most ``chunk`` token-loops, which is what
+    lets a joining prompt share steps with rows already decoding.
+    """
+
+    def __init__(self, length: int, chunk: int, n_loops: int) -> None:
+        if chunk < 1:
+            raise ValueError(f"a prefill chunk must hold at least one position, got {chunk}")
+        self.length, self.chunk, self.n_loops = length, chunk, n_loops
+        self.start, self.loop = 0, 1
+
+    def plan(self) -> ChunkStep | None:
+        """The next step, or None once every position has stopped."""
+        if self.start >= self.length:
+            return None
+        return ChunkStep(self.start, min(self.start + self.chunk, self.length), self.loop)
+
+    def advance(self, step: ChunkStep, going_on: bool) -> None:
+        """After ``step``: its chunk goes on to the next loop if a position is still
+        running (never past the cap), else the next chunk starts."""
+        assert step == self.plan(), "steps run in the order planned"
+        if going_on and step.loop < self.n_loops:
+            self.loop += 1
+        else:
+            self.start, self.loop = step.stop, 1

@@ -276,6 +276,50 @@ def test_prefill_query_tiles_give_the_same_result(ouro_tiny, prompts, policy, mo
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("rule", [QExit(0.6), Ponder()], ids=repr)
+@pytest.mark.parametrize("chunk", [1, 4, 100])
+def test_a_chunked_prefill_equals_the_unchunked_one(ouro_tiny, prompts, policy, rule, chunk):
+    # given a ragged batch (13, 6 and 10 positions) prefilled whole, then `chunk` positions
+    # per step (1: every position on its own, as a decode step would run it; 100: one chunk)
+    engine = Engine(ouro_tiny.model, rule, policy, top_k=3, seed=2)
+    rows = [prompts[2], prompts[1], prompts[0]]
+    whole = engine.prefill(rows, reserve=4)
+
+    # when
+    chunked = engine.prefill(rows, reserve=4, chunk=chunk)
+
+    # then every position exits at the same loop with the same logits and trace
+    assert torch.equal(chunked.exit_loop, whole.exit_loop)
+    assert torch.equal(chunked.loops_computed, whole.loops_computed)
+    torch.testing.assert_close(chunked.logits, whole.logits, atol=ATOL, rtol=0)
+    assert chunked.trace is not None and whole.trace is not None
+    torch.testing.assert_close(
+        chunked.trace.cumulative, whole.trace.cumulative, atol=ATOL, rtol=0, equal_nan=True
+    )
+    assert chunked.work.token_loops_executed == whole.work.token_loops_executed
+    # and the cache decodes on exactly as the unchunked one does
+    cache, want = chunked.kept_cache(), whole.kept_cache()
+    assert cache.e_len == want.e_len and cache.entries() == want.entries()
+    assert torch.equal(cache.exit_loop, want.exit_loop)
+    decoded = [(r.token_id, r.exit_loop) for r in engine.decode(chunked, max_new_tokens=4)]
+    assert decoded == [(r.token_id, r.exit_loop) for r in engine.decode(whole, max_new_tokens=4)]
+
+
+def test_a_chunked_prefill_matches_the_naive_per_token_implementation(ouro_tiny, prompts):
+    # given
+    prompt = prompts[2]
+
+    # when
+    prefill = Engine(ouro_tiny.model, QExit(0.6), "recompute-kv").prefill([prompt], chunk=4)
+    _, naive = naive_generate(ouro_tiny.model, QExit(0.6), "recompute-kv", prompt, 0, n_loops=4)
+
+    # then
+    assert prefill.exit_loop[0].tolist() == [t.exit_loop for t in naive]
+    want = torch.stack([t.logits for t in naive])
+    torch.testing.assert_close(prefill.logits[0], want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_queue_keeps_the_batch_full_and_each_request_unchanged(ouro_tiny, prompts, policy):
     # given five requests served by two rows
     requests = prompts + [prompts[0][:4], prompts[2][5:]]
