@@ -6,18 +6,21 @@
         for key, update in batch.step().items():
             ...  # update.events (TokenEvent), update.summary once the run has left
 
-A request joins at the next step: its prompt is prefilled alone, by its own engine, and
-loaded into a free row of the batch's cache *between* steps (one prefill per step, so a
-joining prompt delays the rows already decoding by at most that one prefill). Then each
-step runs one loop for every row (:class:`kernels.scheduler.Scheduler` plans it,
+A request joins once a row is free: its prompt is prefilled alone, by its own engine, in
+chunks of at most ``prefill_chunk`` positions, one loop of one chunk per step
+(:class:`kernels.scheduler.PrefillSchedule`), so a joining prompt adds at most that much
+work to each step of the rows already decoding. Once its prefill is done it is loaded
+into the free row of the batch's cache between steps. Then each step runs one loop for
+every row (:class:`kernels.scheduler.Scheduler` plans it,
 :meth:`kernels.engine.Engine.run_step` computes it), each row with its own exit rule, q,
 loop cap, KV policy, sampler, token budget and end token. A row leaves when its run
 finishes or is cancelled, and the others go on.
 
 A run's tokens, exit loops and events are those :func:`kernels.stream.generate_stream`
-gives for it alone (same seed, same settings): its prefill is the same call, its sampler
-draws from its own generator, and the decode differs only in the rounding of batched
-matrix products. The events' ``kv_bytes`` are the shared cache's.
+gives for it alone (same seed, same settings): its prefill is the same computation
+(chunked, which changes only the rounding), its sampler draws from its own generator, and
+the decode differs only in the rounding of batched matrix products. The events'
+``kv_bytes`` are the shared cache's.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.checkpoint import LoadedModel
-from kernels.engine import Engine
+from kernels.engine import Engine, PrefillState
 from kernels.rules import kv_policy
 from kernels.sampling import Sampler
-from kernels.scheduler import RowSettings, Scheduler
+from kernels.scheduler import PrefillSchedule, RowSettings, Scheduler
 from kernels.stream import (
     GenerationParams,
     RunReport,
@@ -43,6 +46,9 @@ from kernels.stream import (
 from kernels.work import Work
 
 LENS_WIDTH = 50  # the widest logit lens a request may ask for (GenerationParams.top_k)
+# prompt positions a joining request prefills per step: on the shipped model one loop of
+# 32 positions costs about one decode step of 8 rows
+PREFILL_CHUNK = 32
 
 
 @dataclass
@@ -60,7 +66,11 @@ class _Run:
     params: GenerationParams
     settings: RowSettings
     sampler: Sampler
-    report: RunReport | None = None
+    report: RunReport | None = None  # set once its prefill starts
+    engine: Engine | None = None  # the engine it is prefilled by, as alone
+    prefilling: PrefillState | None = None
+    schedule: PrefillSchedule | None = None
+    joined: bool = False  # its prefill is done and it holds a row
 
 
 class ContinuousBatch:
@@ -75,6 +85,7 @@ class ContinuousBatch:
         lockstep: the baseline that continuous depth batching improves on: a row whose
             token stopped waits until every row's token has stopped (the deepest row
             sets the pace). Output is the same; only the benchmarks use it.
+        prefill_chunk: prompt positions a joining request prefills per step.
     """
 
     def __init__(
@@ -85,8 +96,11 @@ class ContinuousBatch:
         max_loops: int | None = None,
         capacity: int | None = None,
         lockstep: bool = False,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
-        self.loaded, self.lockstep = loaded, lockstep
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
+        self.loaded, self.lockstep, self.prefill_chunk = loaded, lockstep, prefill_chunk
         self.capacity = capacity or loaded.config.max_position_embeddings
         self.held: list[tuple[int, int]] = []  # lockstep: (row, next token) not yet started
         self.max_loops = max_loops or 2 * loaded.config.total_ut_steps
@@ -99,6 +113,7 @@ class ContinuousBatch:
         self.waiting: deque[_Run] = deque()
         self.runs: dict[Hashable, _Run] = {}
         self.cancelled: set[Hashable] = set()
+        self.joining: _Run | None = None  # the request being prefilled (one at a time)
 
     @property
     def busy(self) -> bool:
@@ -136,15 +151,14 @@ class ContinuousBatch:
             self.cancelled.add(key)
 
     def step(self) -> dict[Hashable, RunUpdate]:
-        """Admit one waiting request, run one loop for every row, and return each run's
-        new events (and summary when it has left)."""
+        """Run one prefill step of a joining request (which joins once its prefill is
+        done), then one loop for every row; return each run's new events (and summary
+        when it has left)."""
         updates: dict[Hashable, RunUpdate] = {}
         for key in list(self.cancelled):
             self._leave(key, "stopped", updates)
         self.cancelled.clear()
-        row = self.scheduler.free_row()
-        if self.waiting and row is not None:
-            self._join(self.waiting.popleft(), row, updates)
+        self._prefill_step(updates)
         plan = self.scheduler.plan()
         if plan is None:
             return updates
@@ -172,13 +186,34 @@ class ContinuousBatch:
             self.held = []
         return updates
 
-    def _join(self, run: _Run, row: int, updates: dict[Hashable, RunUpdate]) -> None:
-        """Prefill the request alone (its own engine, as it would run alone) into ``row``."""
-        params = run.params
-        engine: Engine = request_engine(self.loaded, params)
-        run.report = RunReport(self.loaded, run.prompt, engine)
-        prefill = engine.prefill([run.prompt])
+    def _prefill_step(self, updates: dict[Hashable, RunUpdate]) -> None:
+        """One chunk-loop of the joining request's prefill, admitting the next waiting
+        request when a row is free; a finished prefill joins its row."""
+        if self.joining is None:
+            if not self.waiting or self.scheduler.free_row() is None:
+                return
+            self.joining = run = self.waiting.popleft()
+            run.engine = engine = request_engine(self.loaded, run.params)
+            run.report = RunReport(self.loaded, run.prompt, engine)
+            run.prefilling = engine.prefill_state([run.prompt])
+            run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
+        run = self.joining
+        assert run.engine and run.prefilling and run.schedule
+        step = run.schedule.plan()
+        assert step is not None
+        run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
+        if run.schedule.plan() is None:
+            self.joining = None
+            self._join(run, updates)
+
+    def _join(self, run: _Run, updates: dict[Hashable, RunUpdate]) -> None:
+        """A prefilled request takes the free row (its prompt's events come out now)."""
+        params, row = run.params, self.scheduler.free_row()
+        assert run.report and run.prefilling and row is not None
+        prefill = run.prefilling.result()
+        run.prefilling = None
         assert prefill.cache is not None
+        run.joined = True
         update = updates.setdefault(run.key, RunUpdate())
         update.events.extend(run.report.prompt_events(prefill, params.top_k))
         if params.max_new_tokens == 0:
@@ -203,10 +238,12 @@ class ContinuousBatch:
             return
         if run in self.waiting:
             self.waiting.remove(run)
+        if self.joining is run:
+            self.joining = None
         freed = self.scheduler.cancel(key) if row is None else row
         self.held = [(r, token) for r, token in self.held if r != freed]
         update = updates.setdefault(key, RunUpdate())
-        if run.report is None:  # cancelled before it joined
+        if run.report is None or not run.joined:  # cancelled before it joined
             update.summary = {"stopped": stopped, "generated_tokens": 0}
             return
         work = self.decoding.works[freed] if freed is not None else Work()

@@ -51,11 +51,15 @@ class RunHandle:
 class BatchService:
     """A model's batch and the daemon thread that steps it while it has runs."""
 
-    def __init__(self, loaded: LoadedModel, max_rows: int, torch_threads: int = 0) -> None:
-        from kernels.batch import ContinuousBatch
+    def __init__(
+        self, loaded: LoadedModel, max_rows: int, torch_threads: int = 0, prefill_chunk: int = 0
+    ) -> None:
+        from kernels.batch import PREFILL_CHUNK, ContinuousBatch
 
         self.torch_threads = torch_threads
-        self.batch: ContinuousBatch = ContinuousBatch(loaded, max_rows=max_rows)
+        self.batch: ContinuousBatch = ContinuousBatch(
+            loaded, max_rows=max_rows, prefill_chunk=prefill_chunk or PREFILL_CHUNK
+        )
         self.handles: dict[Hashable, RunHandle] = {}
         self.wake = threading.Condition()
         self.thread = threading.Thread(target=self._serve, name="batch-step", daemon=True)
@@ -126,12 +130,14 @@ def batch_submit(
     *,
     max_rows: int,
     torch_threads: int = 0,
+    prefill_chunk: int = 0,
 ) -> RunHandle:
     """Hand a run to this process's batch for ``loaded`` (created on first use, its
-    stepping thread on ``torch_threads`` intra-op threads; 0 leaves torch's default)."""
+    stepping thread on ``torch_threads`` intra-op threads; 0 leaves torch's default;
+    ``prefill_chunk`` prompt positions per step, 0 the batch's default)."""
     with _LOCK:
         service = _SERVICES.get(id(loaded))
         if service is None or service.batch.loaded is not loaded:
-            service = BatchService(loaded, max_rows, torch_threads)
+            service = BatchService(loaded, max_rows, torch_threads, prefill_chunk)
             _SERVICES[id(loaded)] = service
     return service.submit(key, prompt, params)

@@ -105,6 +105,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
             params,
             max_rows=settings.PLAYGROUND_BATCH,
             torch_threads=settings.PLAYGROUND_TORCH_THREADS,
+            prefill_chunk=settings.PLAYGROUND_PREFILL_CHUNK,
         )
         for event in handle:
             if control.stop_reason:  # stopped: the rest of the batch's step is not kept

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from kernels.batch import ContinuousBatch
+from kernels.batch import PREFILL_CHUNK, ContinuousBatch, RunUpdate
 from kernels.stream import GenerationParams, generate_stream
 
 # Prompts and settings checked (by ``assert_no_near_tie``) to keep every q-exit token's
@@ -85,13 +85,21 @@ def drive(batch, joins, cancels=None):
     return events, summaries, n
 
 
-def test_batched_runs_equal_the_same_runs_alone(ouro_tiny):
-    # given six requests on different rules, policies, loop caps, samplers and budgets,
-    # three rows, and requests joining mid-batch (some wait for a row to free up)
-    reference = {key: alone(ouro_tiny, key) for key in REQUESTS}
-    for key, (events, _) in reference.items():
+@pytest.fixture(scope="module")
+def reference(ouro_tiny):
+    """Every request run alone (its prompt prefilled whole)."""
+    runs = {key: alone(ouro_tiny, key) for key in REQUESTS}
+    for key, (events, _) in runs.items():
         assert_no_near_tie(events, REQUESTS[key][1])
-    batch = ContinuousBatch(ouro_tiny, max_rows=3)
+    return runs
+
+
+@pytest.mark.parametrize("chunk", [2, PREFILL_CHUNK])
+def test_batched_runs_equal_the_same_runs_alone(ouro_tiny, reference, chunk):
+    # given six requests on different rules, policies, loop caps, samplers and budgets,
+    # three rows, and requests joining mid-batch (some wait for a row to free up), their
+    # prompts prefilled `chunk` positions per step (2: every prompt in several chunks)
+    batch = ContinuousBatch(ouro_tiny, max_rows=3, prefill_chunk=chunk)
 
     # when
     events, summaries, steps = drive(
@@ -106,19 +114,23 @@ def test_batched_runs_equal_the_same_runs_alone(ouro_tiny):
             assert summaries[key][name] == want_summary[name], (key, name)
         assert summaries[key]["exit_rule"] == want_summary["exit_rule"]
         assert summaries[key]["kv_policy"] == want_summary["kv_policy"]
-    # and the runs really shared steps: fewer steps than the loops their tokens ran
-    generated_loops = sum(
+    # and the runs really shared steps: far fewer than their prefill steps (each chunk runs
+    # as deep as its deepest position) and generated tokens' loops, one after another
+    alone_steps = sum(
+        max(e["loops_computed"] for e in run[start : start + chunk])
+        for run in events.values()
+        for start in range(0, sum(e["phase"] == "prompt" for e in run), chunk)
+    ) + sum(
         e["loops_computed"] for run in events.values() for e in run if e["phase"] == "generated"
     )
-    assert steps < generated_loops / 2
+    assert steps < 0.6 * alone_steps
     assert not batch.busy and batch.scheduler.rows == [None, None, None]
 
 
-def test_cancelling_one_run_leaves_the_others_unchanged(ouro_tiny):
-    reference = {key: alone(ouro_tiny, key) for key in ("greedy", "sampled", "recompute")}
+def test_cancelling_one_run_leaves_the_others_unchanged(ouro_tiny, reference):
     batch = ContinuousBatch(ouro_tiny, max_rows=4)
 
-    events, summaries, _ = drive(batch, {0: ["greedy", "sampled", "recompute"]}, {6: ["sampled"]})
+    events, summaries, _ = drive(batch, {0: ["greedy", "sampled", "recompute"]}, {14: ["sampled"]})
 
     assert summaries["sampled"]["stopped"] == "stopped"
     cut = events["sampled"]
@@ -127,6 +139,38 @@ def test_cancelling_one_run_leaves_the_others_unchanged(ouro_tiny):
     for key in ("greedy", "recompute"):
         assert_same_run(events[key], reference[key][0])
         assert summaries[key]["stopped"] == reference[key][1]["stopped"]
+
+
+def test_a_joining_prompt_adds_at_most_one_chunk_loop_to_each_step(ouro_tiny, reference):
+    # given a run decoding, and a run with a longer prompt joining with chunks of 2
+    batch = ContinuousBatch(ouro_tiny, max_rows=2, prefill_chunk=2)
+    batch.add("recompute", *REQUESTS["recompute"])
+    while not any(
+        e.phase == "generated" for e in batch.step().get("recompute", RunUpdate()).events
+    ):
+        pass
+    batch.add("sampled", *REQUESTS["sampled"])
+    prompt_tokens = reference["sampled"][1]["prompt_tokens"]
+    assert prompt_tokens > 2
+
+    # when the batch steps until the joining run's prompt is through
+    run, executed = batch.runs["sampled"], 0
+    per_step, decoded_meanwhile = [], 0
+    while not run.joined:
+        updates = batch.step()
+        work = run.prefilling.work if run.prefilling is not None else run.report.prompt_work
+        per_step.append(work.token_loops_executed - executed)
+        executed = work.token_loops_executed
+        decoded_meanwhile += len(updates.get("recompute", RunUpdate()).events)
+
+    # then the prefill took a step per chunk-loop, at most 2 token-loops each, while the
+    # decoding run went on generating
+    assert max(per_step) <= 2
+    assert len(per_step) >= -(-prompt_tokens // 2)
+    assert sum(per_step) == reference["sampled"][1]["token_loops_executed"] - sum(
+        e["loops_computed"] for e in reference["sampled"][0] if e["phase"] == "generated"
+    )
+    assert decoded_meanwhile > 0
 
 
 def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
@@ -139,6 +183,8 @@ def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
     batch.add("ok", "x", GenerationParams(max_new_tokens=1))
     with pytest.raises(ValueError, match="already"):
         batch.add("ok", "x", GenerationParams())
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        ContinuousBatch(ouro_tiny, max_rows=2, prefill_chunk=0)
 
     assert list(batch.runs) == ["ok"]
 
