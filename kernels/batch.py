@@ -60,7 +60,9 @@ class RunUpdate:
 
 
 @dataclass
-class _Run:
+class BatchRun:
+    """A validated request and, once it is admitted, its state in the batch."""
+
     key: Hashable
     prompt: list[int]
     params: GenerationParams
@@ -110,20 +112,23 @@ class ContinuousBatch:
         self.decoding = self.engine.decode_state(cache, kl=True)
         self.scheduler = Scheduler(max_rows)
         self.eos = end_token(loaded)
-        self.waiting: deque[_Run] = deque()
-        self.runs: dict[Hashable, _Run] = {}
+        self.waiting: deque[BatchRun] = deque()
+        self.runs: dict[Hashable, BatchRun] = {}
         self.cancelled: set[Hashable] = set()
-        self.joining: _Run | None = None  # the request being prefilled (one at a time)
+        self.joining: BatchRun | None = None  # the request being prefilled (one at a time)
 
     @property
     def busy(self) -> bool:
         return bool(self.runs)
 
     def add(self, key: Hashable, prompt_text: str, params: GenerationParams) -> None:
-        """Queue a request; it joins at the next step with a free row. ValueError names a
-        bad request (nothing is queued then)."""
-        if key in self.runs:
-            raise ValueError(f"request {key!r} is already in the batch")
+        """Queue a request; it joins once a row is free. ValueError names a bad request
+        (nothing is queued then)."""
+        self.admit(self.prepare(key, prompt_text, params))
+
+    def prepare(self, key: Hashable, prompt_text: str, params: GenerationParams) -> BatchRun:
+        """A validated request (ValueError names the problem), not yet queued. Reads only
+        the batch's fixed limits, so any thread may call it while another steps."""
         prompt = encode_request(self.loaded, prompt_text, params)
         loops = params.loops or self.loaded.config.total_ut_steps
         if loops > self.max_loops:
@@ -141,8 +146,13 @@ class ContinuousBatch:
             eos_token_id=self.eos,
             seed=params.seed,
         )
-        run = _Run(key, prompt, params, settings, params.sampler())
-        self.runs[key] = run
+        return BatchRun(key, prompt, params, settings, params.sampler())
+
+    def admit(self, run: BatchRun) -> None:
+        """Queue a prepared request (ValueError if its key is already here)."""
+        if run.key in self.runs:
+            raise ValueError(f"request {run.key!r} is already in the batch")
+        self.runs[run.key] = run
         self.waiting.append(run)
 
     def cancel(self, key: Hashable) -> None:
@@ -206,7 +216,7 @@ class ContinuousBatch:
             self.joining = None
             self._join(run, updates)
 
-    def _join(self, run: _Run, updates: dict[Hashable, RunUpdate]) -> None:
+    def _join(self, run: BatchRun, updates: dict[Hashable, RunUpdate]) -> None:
         """A prefilled request takes the free row (its prompt's events come out now)."""
         params, row = run.params, self.scheduler.free_row()
         assert run.report and run.prefilling and row is not None

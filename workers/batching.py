@@ -6,6 +6,14 @@ events from the returned :class:`RunHandle` as the stepping thread produces them
 stores and publishes them itself and checks Stop between tokens (``handle.cancel()``), so
 the task blocks until its run ends and acks-late redelivery works as for a run alone. A
 run's output is what it gives alone (see :mod:`kernels.batch`).
+
+Only the stepping thread touches the batch's state. Submits and cancels go into an inbox
+that it applies between steps, so they never wait for a step (a submit validates its
+request in the calling thread, so a bad one still fails there). A step that raises fails
+every run in the batch with the reason, and the thread goes on with a fresh batch for
+later runs. Celery's time limits do not reach a run in a ``--pool threads`` worker, so
+the batch enforces each run's own wall-clock limit: a run past it leaves the batch and
+its handle raises :class:`RunTimeLimitExceeded`.
 """
 
 from __future__ import annotations
@@ -13,31 +21,41 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Hashable, Iterator
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kernels.batch import ContinuousBatch
+    from kernels.batch import ContinuousBatch, RunUpdate
     from kernels.checkpoint import LoadedModel
     from kernels.stream import GenerationParams, TokenEvent
 
 logger = logging.getLogger(__name__)
 
 _END = object()  # a handle's queue item: the run has left the batch
+RETRY_AFTER_S = 1.0  # pause of the stepping thread after a failure it could not clean up
+
+
+class RunTimeLimitExceeded(Exception):
+    """A run was still in the batch past its wall-clock limit."""
 
 
 class RunHandle:
     """One run's side of the batch: its events in order, then its summary (or error)."""
 
-    def __init__(self, service: BatchService, key: Hashable) -> None:
+    def __init__(
+        self, service: BatchService, key: Hashable, deadline: float | None, limit_s: float = 0
+    ) -> None:
         self.service, self.key = service, key
+        self.deadline, self.limit_s = deadline, limit_s  # time.monotonic() seconds
         self.items: queue.Queue[Any] = queue.Queue()
         self.summary: dict[str, Any] | None = None
         self.error: BaseException | None = None
 
     def __iter__(self) -> Iterator[TokenEvent]:
         """The run's events as they come; ends when it leaves the batch (raises what
-        failed the batch, if anything did)."""
+        failed it, if anything did)."""
         while (item := self.items.get()) is not _END:
             yield item
         if self.error is not None:
@@ -47,65 +65,121 @@ class RunHandle:
         """The run leaves at the next step; iteration ends soon after."""
         self.service.cancel(self.key)
 
+    def end(self, error: BaseException | None = None) -> None:
+        """The run has left the batch (with ``error``, if it failed)."""
+        self.error = error
+        self.items.put(_END)
+
 
 class BatchService:
     """A model's batch and the daemon thread that steps it while it has runs."""
 
     def __init__(
-        self, loaded: LoadedModel, max_rows: int, torch_threads: int = 0, prefill_chunk: int = 0
+        self,
+        loaded: LoadedModel,
+        max_rows: int,
+        torch_threads: int = 0,
+        prefill_chunk: int = 0,
     ) -> None:
-        from kernels.batch import PREFILL_CHUNK, ContinuousBatch
-
+        self.loaded, self.max_rows, self.prefill_chunk = loaded, max_rows, prefill_chunk
         self.torch_threads = torch_threads
-        self.batch: ContinuousBatch = ContinuousBatch(
-            loaded, max_rows=max_rows, prefill_chunk=prefill_chunk or PREFILL_CHUNK
-        )
-        self.handles: dict[Hashable, RunHandle] = {}
-        self.wake = threading.Condition()
+        self.batch = self._new_batch()
+        self.handles: dict[Hashable, RunHandle] = {}  # every run submitted and not ended
+        self.inbox: deque[Callable[[ContinuousBatch], None]] = deque()  # adds and cancels
+        self.wake = threading.Condition()  # guards handles and inbox, never a step
         self.thread = threading.Thread(target=self._serve, name="batch-step", daemon=True)
         self.thread.start()
 
-    def submit(self, key: Hashable, prompt: str, params: GenerationParams) -> RunHandle:
-        """Queue a run (ValueError names a bad request; nothing is queued then)."""
-        handle = RunHandle(self, key)
+    def _new_batch(self) -> ContinuousBatch:
+        from kernels.batch import PREFILL_CHUNK, ContinuousBatch
+
+        chunk = self.prefill_chunk or PREFILL_CHUNK
+        return ContinuousBatch(self.loaded, max_rows=self.max_rows, prefill_chunk=chunk)
+
+    def submit(
+        self, key: Hashable, prompt: str, params: GenerationParams, time_limit_s: float = 0
+    ) -> RunHandle:
+        """Queue a run that ends past ``time_limit_s`` seconds from now (0: no limit).
+        ValueError names a bad request; nothing is queued then."""
+        run = self.batch.prepare(key, prompt, params)
+        deadline = time.monotonic() + time_limit_s if time_limit_s > 0 else None
+        handle = RunHandle(self, key, deadline, time_limit_s)
         with self.wake:
-            self.batch.add(key, prompt, params)
+            if key in self.handles:
+                raise ValueError(f"request {key!r} is already in the batch")
             self.handles[key] = handle
+            self.inbox.append(lambda batch: batch.admit(run))
             self.wake.notify()
         return handle
 
     def cancel(self, key: Hashable) -> None:
         with self.wake:
-            self.batch.cancel(key)
+            self.inbox.append(lambda batch: batch.cancel(key))
             self.wake.notify()
 
     def _serve(self) -> None:
         torch_threads_pin(self.torch_threads)
         while True:
+            try:
+                self._serve_once()
+            except Exception:  # a failure while cleaning up a failed step: start afresh
+                logger.exception("batch cleanup failed")
+                time.sleep(RETRY_AFTER_S)
+
+    def _serve_once(self) -> None:
+        """Apply the inbox, end runs past their limit, run one step and hand out its updates."""
+        with self.wake:
+            self.wake.wait_for(lambda: bool(self.inbox) or self.batch.busy)
+            inbox, self.inbox = self.inbox, deque()
+        for apply in inbox:
+            apply(self.batch)
+        self._end_overdue()
+        try:
+            updates = self.batch.step()
+        except Exception as exc:  # every run in the batch fails with the reason
+            logger.exception("batch step failed")
+            self._fail_all(exc)
+            return
+        self._deliver(updates)
+
+    def _end_overdue(self) -> None:
+        now = time.monotonic()
+        with self.wake:
+            overdue = [
+                (key, handle)
+                for key, handle in self.handles.items()
+                if handle.deadline is not None and now > handle.deadline
+            ]
+            for key, _ in overdue:
+                del self.handles[key]
+        for key, handle in overdue:
+            self.batch.cancel(key)  # it leaves at this step; its summary is not read
+            handle.end(RunTimeLimitExceeded(f"it ran past the {handle.limit_s:g} s time limit"))
+
+    def _deliver(self, updates: dict[Hashable, RunUpdate]) -> None:
+        for key, update in updates.items():
             with self.wake:
-                self.wake.wait_for(lambda: self.batch.busy)
-                try:
-                    updates = self.batch.step()
-                except Exception as exc:  # every run in the batch fails with the reason
-                    logger.exception("batch step failed")
-                    self._fail_all(exc)
-                    continue
-                for key, update in updates.items():
-                    handle = self.handles[key]
-                    for event in update.events:
-                        handle.items.put(event)
-                    if update.summary is not None:
-                        handle.summary = update.summary
-                        handle.items.put(_END)
-                        del self.handles[key]
+                handle = self.handles.get(key)
+                if handle is not None and update.summary is not None:
+                    del self.handles[key]
+            if handle is None:  # ended already (failed or past its limit)
+                self.batch.cancel(key)
+                continue
+            for event in update.events:
+                handle.items.put(event)
+            if update.summary is not None:
+                handle.summary = update.summary
+                handle.end()
 
     def _fail_all(self, exc: BaseException) -> None:
-        for key, handle in list(self.handles.items()):
-            self.batch.cancel(key)
-            handle.error = exc
-            handle.items.put(_END)
-        self.handles.clear()
-        self.batch.step()  # the cancelled runs leave; their rows are free again
+        """Every run of the failed batch ends with ``exc``; runs still in the inbox go on
+        in a fresh batch (the failed one's state is not trusted again)."""
+        with self.wake:
+            failed = [key for key in self.handles if key in self.batch.runs]
+            handles = [self.handles.pop(key) for key in failed]
+        for handle in handles:
+            handle.end(exc)
+        self.batch = self._new_batch()
 
 
 def torch_threads_pin(threads: int) -> None:
@@ -131,13 +205,15 @@ def batch_submit(
     max_rows: int,
     torch_threads: int = 0,
     prefill_chunk: int = 0,
+    time_limit_s: float = 0,
 ) -> RunHandle:
     """Hand a run to this process's batch for ``loaded`` (created on first use, its
     stepping thread on ``torch_threads`` intra-op threads; 0 leaves torch's default;
-    ``prefill_chunk`` prompt positions per step, 0 the batch's default)."""
+    ``prefill_chunk`` prompt positions per step, 0 the batch's default; each run ends
+    past ``time_limit_s`` seconds, 0 for no limit)."""
     with _LOCK:
         service = _SERVICES.get(id(loaded))
-        if service is None or service.batch.loaded is not loaded:
+        if service is None or service.loaded is not loaded:
             service = BatchService(loaded, max_rows, torch_threads, prefill_chunk)
             _SERVICES[id(loaded)] = service
-    return service.submit(key, prompt, params)
+    return service.submit(key, prompt, params, time_limit_s)

@@ -78,7 +78,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
 
     Returns the finished run, or None when the message was a redelivery to skip.
     """
-    from workers.batching import batch_submit, torch_threads_pin
+    from workers.batching import RunTimeLimitExceeded, batch_submit, torch_threads_pin
     from workers.resident import resident_model
 
     claim = run_claim(run_id=run_id, worker=worker)
@@ -106,6 +106,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
             max_rows=settings.PLAYGROUND_BATCH,
             torch_threads=settings.PLAYGROUND_TORCH_THREADS,
             prefill_chunk=settings.PLAYGROUND_PREFILL_CHUNK,
+            time_limit_s=settings.PLAYGROUND_SOFT_TIME_LIMIT_S,
         )
         for event in handle:
             if control.stop_reason:  # stopped: the rest of the batch's step is not kept
@@ -119,7 +120,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
     except Exception as exc:  # the run records why it failed; the worker goes on
         if handle is not None:
             handle.cancel()  # the batch's other runs go on without it
-        if not isinstance(exc, ValueError | ModelUnavailable):
+        if not isinstance(exc, ValueError | ModelUnavailable | RunTimeLimitExceeded):
             logger.exception("run %s failed", run.id)
         try:
             writer.flush()  # what was generated before the failure stays viewable
@@ -151,9 +152,11 @@ def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: in
 def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
     from celery.exceptions import SoftTimeLimitExceeded
 
+    from workers.batching import RunTimeLimitExceeded
+
     if isinstance(exc, SoftTimeLimitExceeded):
         reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
-    elif isinstance(exc, ValueError | ModelUnavailable):
+    elif isinstance(exc, RunTimeLimitExceeded | ValueError | ModelUnavailable):
         reason = str(exc)
     else:
         reason = f"the worker hit an error: {type(exc).__name__}: {exc}"

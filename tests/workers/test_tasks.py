@@ -101,3 +101,21 @@ def test_a_pool_process_pins_torch_threads(settings):
         assert torch.get_num_threads() == before + 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_past_its_time_limit_fails_with_the_reason_and_the_worker_goes_on(db, settings):
+    # given a time limit no run can meet (the threads pool does not apply Celery's)
+    settings.PLAYGROUND_SOFT_TIME_LIMIT_S = 0.001
+    run = services.run_submit(prompt=PROMPT, max_new_tokens=50)
+
+    # when
+    tasks.run_generate(str(run.id))
+
+    # then
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error == "it ran past the 0.001 s time limit"
+    settings.PLAYGROUND_SOFT_TIME_LIMIT_S = 600
+    later = services.run_submit(prompt=PROMPT, max_new_tokens=3)
+    tasks.run_generate(str(later.id))
+    later.refresh_from_db()
+    assert later.status == "done"
