@@ -1,17 +1,20 @@
 """Continuous depth batching in one process: what sharing a decode batch buys.
 
     python -m benchmarks.serve_batch [--model DIR] [--runs 8] [--new 32] [--random bench-512]
+                                     [--repeats 3]
 
 For the shipped model (``kernels/models/pydoc-loop``, or ``--model``) and a random
 ``bench-512``-shaped checkpoint (``kernels.offline.bench.random_model``, sampled at temperature 1
 so its exits spread), all in this process, each measurement with its baseline in the
-same run (timings on a shared machine are noisy; read the ratios):
+same run, repeated ``--repeats`` times back to back (timings on a shared machine are
+noisy; read the ratios, each from one repeat, and their median):
 
 1. **Aggregate generated tokens/s**: ``--runs`` requests added to one
    :class:`kernels.batch.ContinuousBatch` at once, against the same requests one after
    another through :func:`kernels.stream.generate_stream`.
 2. **Depth-pipelined against lockstep** at q = 0.7 with ``--runs`` rows: the same batch
-   where a row whose token stopped waits for the deepest row (``lockstep=True``).
+   where a row whose token stopped waits for the deepest row (``lockstep=True``). The
+   steps each takes are exact; their ratio is the most depth-pipelining can buy.
 3. **Join latency with the batch full of running requests**: from ``add`` to the
    joining request's first generated token, while ``--runs - 1`` others decode (p50 and
    p95 over the joins); the web and broker hops are in ``benchmarks.playground``.
@@ -20,6 +23,7 @@ same run (timings on a shared machine are noisy; read the ratios):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -53,17 +57,18 @@ def requests(n: int, new: int, temperature: float) -> list[tuple[str, Generation
     ]
 
 
-def batched(loaded: LoadedModel, work: list, *, lockstep: bool = False) -> tuple[float, int]:
-    """All requests added at once; -> (seconds, generated tokens)."""
+def batched(loaded: LoadedModel, work: list, *, lockstep: bool = False) -> tuple[float, int, int]:
+    """All requests added at once; -> (seconds, generated tokens, steps)."""
     batch = ContinuousBatch(loaded, max_rows=len(work), capacity=256, lockstep=lockstep)
     start = time.perf_counter()
     for i, (prompt, params) in enumerate(work):
         batch.add(i, prompt, params)
-    tokens = 0
+    tokens = steps = 0
     while batch.busy:
+        steps += 1
         for update in batch.step().values():
             tokens += sum(e.phase == "generated" for e in update.events)
-    return time.perf_counter() - start, tokens
+    return time.perf_counter() - start, tokens, steps
 
 
 def one_after_another(loaded: LoadedModel, work: list) -> tuple[float, int]:
@@ -94,21 +99,38 @@ def join_latency(loaded: LoadedModel, work: list) -> list[float]:
     return waits
 
 
-def measure(name: str, loaded: LoadedModel, runs: int, new: int, temperature: float) -> None:
+def measure(
+    name: str, loaded: LoadedModel, runs: int, new: int, temperature: float, repeats: int
+) -> None:
     work = requests(runs, new, temperature)
     batched(loaded, work[:2])  # warm-up
-    seq_s, seq_n = one_after_another(loaded, work)
-    bat_s, bat_n = batched(loaded, work)
-    lock_s, lock_n = batched(loaded, work, lockstep=True)
-    pipe_s, pipe_n = batched(loaded, work)
+    rates: dict[str, list[float]] = {"seq": [], "batched": [], "lockstep": [], "piped": []}
+    steps: dict[str, int] = {}
+    for _ in range(repeats):
+        seq_s, seq_n = one_after_another(loaded, work)
+        rates["seq"].append(seq_n / seq_s)
+        for key, lockstep in (("batched", False), ("lockstep", True), ("piped", False)):
+            seconds, n, steps[key] = batched(loaded, work, lockstep=lockstep)
+            rates[key].append(n / seconds)
     waits = sorted(join_latency(loaded, work))
     p95 = waits[min(len(waits) - 1, round(0.95 * (len(waits) - 1)))]
+
+    def ratios(a: str, b: str) -> str:
+        each = [x / y for x, y in zip(rates[a], rates[b], strict=True)]
+        listed = ", ".join(f"{r:.2f}" for r in each)
+        return f"median {statistics.median(each):.2f}x (each repeat: {listed})"
+
     print(f"\n## {name} ({runs} runs x {new} new tokens, q = 0.7, T = {temperature})")
-    print(f"one after another: {seq_n / seq_s:8.1f} tokens/s ({seq_n} tokens, {seq_s:.2f} s)")
-    print(f"batched at once:   {bat_n / bat_s:8.1f} tokens/s ({bat_n} tokens, {bat_s:.2f} s)")
-    print(f"  ratio batched / one after another: {(bat_n / bat_s) / (seq_n / seq_s):.2f}x")
-    print(f"depth-pipelined:   {pipe_n / pipe_s:8.1f} tokens/s; lockstep {lock_n / lock_s:.1f}")
-    print(f"  ratio depth-pipelined / lockstep:   {(pipe_n / pipe_s) / (lock_n / lock_s):.2f}x")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores, shared)")
+    print(f"one after another: {statistics.median(rates['seq']):8.1f} tokens/s (median)")
+    print(f"batched at once:   {statistics.median(rates['batched']):8.1f} tokens/s (median)")
+    print(f"  batched / one after another: {ratios('batched', 'seq')}")
+    print(
+        f"depth-pipelined:   {statistics.median(rates['piped']):8.1f} tokens/s in "
+        f"{steps['piped']} steps; lockstep {statistics.median(rates['lockstep']):.1f} in "
+        f"{steps['lockstep']} steps (ideal {steps['lockstep'] / steps['piped']:.2f}x)"
+    )
+    print(f"  depth-pipelined / lockstep:  {ratios('piped', 'lockstep')}")
     print(
         f"join to first generated token, {runs - 1} running: "
         f"p50 {statistics.median(waits) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms"
@@ -117,18 +139,21 @@ def measure(name: str, loaded: LoadedModel, runs: int, new: int, temperature: fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(Path("kernels/models/pydoc-loop")))
+    parser.add_argument(
+        "--model", default=str(Path("kernels/models/pydoc-loop")), help="('' for none)"
+    )
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--random", default="bench-512", help="random presets ('' for none)")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the workers run (PLAYGROUND_TORCH_THREADS)
-    measure(
-        "shipped " + args.model, load_checkpoint(args.model, device="cpu"), args.runs, args.new, 0.0
-    )
+    if args.model:
+        shipped = load_checkpoint(args.model, device="cpu")
+        measure("shipped " + args.model, shipped, args.runs, args.new, 0.0, args.repeats)
     for preset in (p for p in args.random.split(",") if p):
         loaded = random_model(preset, torch.device("cpu"), torch.float32)
-        measure(f"random {preset}", loaded, args.runs, args.new, 1.0)
+        measure(f"random {preset}", loaded, args.runs, args.new, 1.0, args.repeats)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@
             ...  # update.events (TokenEvent), update.summary once the run has left
 
 A request joins once a row is free: its prompt is prefilled alone, by its own engine, in
-chunks of at most ``prefill_chunk`` positions, one loop of one chunk per step
-(:class:`kernels.scheduler.PrefillSchedule`), so a joining prompt adds at most that much
-work to each step of the rows already decoding. Once its prefill is done it is loaded
+chunks of at most ``prefill_chunk`` positions (:class:`kernels.scheduler.PrefillSchedule`),
+at most ``prefill_chunk`` position-loops per step (one loop of a full chunk, or every loop
+of a short prompt), so a joining prompt adds at most that much work to each step of the
+rows already decoding. Once its prefill is done it is loaded
 into the free row of the batch's cache between steps. Then each step runs one loop for
 every row (:class:`kernels.scheduler.Scheduler` plans it,
 :meth:`kernels.engine.Engine.run_step` computes it), each row with its own exit rule, q,
@@ -46,8 +47,8 @@ from kernels.stream import (
 from kernels.work import Work
 
 LENS_WIDTH = 50  # the widest logit lens a request may ask for (GenerationParams.top_k)
-# prompt positions a joining request prefills per step: on the shipped model one loop of
-# 32 positions costs about one decode step of 8 rows
+# prompt position-loops a joining request prefills per step: on the shipped model one
+# loop of 32 positions costs about one decode step of 8 rows
 PREFILL_CHUNK = 32
 
 
@@ -197,8 +198,9 @@ class ContinuousBatch:
         return updates
 
     def _prefill_step(self, updates: dict[Hashable, RunUpdate]) -> None:
-        """One chunk-loop of the joining request's prefill, admitting the next waiting
-        request when a row is free; a finished prefill joins its row."""
+        """The joining request's next prefill steps, at most ``prefill_chunk`` positions'
+        loops in all (one loop of a full chunk, or several of a short prompt), admitting
+        the next waiting request when a row is free; a finished prefill joins its row."""
         if self.joining is None:
             if not self.waiting or self.scheduler.free_row() is None:
                 return
@@ -209,9 +211,13 @@ class ContinuousBatch:
             run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
         run = self.joining
         assert run.engine and run.prefilling and run.schedule
-        step = run.schedule.plan()
-        assert step is not None
-        run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
+        spent = 0  # token-loops this step, at most prefill_chunk (a short prompt: several loops)
+        while (step := run.schedule.plan()) is not None:
+            width = step.stop - step.start
+            if spent and spent + width > self.prefill_chunk:
+                break
+            run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
+            spent += width
         if run.schedule.plan() is None:
             self.joining = None
             self._join(run, updates)

@@ -303,8 +303,9 @@ PLAYGROUND_TORCH_THREADS = env_int("PLAYGROUND_TORCH_THREADS", 1)
 # Runs one worker process decodes together in one batch per model (workers.batching); the
 # worker runs as many task threads (``--pool threads --concurrency`` the same number).
 PLAYGROUND_BATCH = env_int("PLAYGROUND_BATCH", 8)
-# Prompt positions a joining run prefills per batch step (one loop of a chunk per step),
-# so a long prompt delays the runs already decoding by about one step at a time.
+# Prompt position-loops a joining run prefills per batch step (one loop of a chunk of this
+# many positions, or every loop of a short prompt), so a long prompt delays the runs
+# already decoding by about one step at a time.
 PLAYGROUND_PREFILL_CHUNK = env_int("PLAYGROUND_PREFILL_CHUNK", 32)
 # Pause after each generated token (seconds; 0 = none): slows demos and lets tests catch
 # a run mid-flight.

@@ -141,7 +141,7 @@ def test_cancelling_one_run_leaves_the_others_unchanged(ouro_tiny, reference):
         assert summaries[key]["stopped"] == reference[key][1]["stopped"]
 
 
-def test_a_joining_prompt_adds_at_most_one_chunk_loop_to_each_step(ouro_tiny, reference):
+def test_a_joining_prompt_adds_at_most_one_chunk_of_work_to_each_step(ouro_tiny, reference):
     # given a run decoding, and a run with a longer prompt joining with chunks of 2
     batch = ContinuousBatch(ouro_tiny, max_rows=2, prefill_chunk=2)
     batch.add("recompute", *REQUESTS["recompute"])
@@ -163,7 +163,7 @@ def test_a_joining_prompt_adds_at_most_one_chunk_loop_to_each_step(ouro_tiny, re
         executed = work.token_loops_executed
         decoded_meanwhile += len(updates.get("recompute", RunUpdate()).events)
 
-    # then the prefill took a step per chunk-loop, at most 2 token-loops each, while the
+    # then the prefill took a step per chunk-loop, at most 2 position-loops each, while the
     # decoding run went on generating
     assert max(per_step) <= 2
     assert len(per_step) >= -(-prompt_tokens // 2)
@@ -171,6 +171,21 @@ def test_a_joining_prompt_adds_at_most_one_chunk_loop_to_each_step(ouro_tiny, re
         e["loops_computed"] for e in reference["sampled"][0] if e["phase"] == "generated"
     )
     assert decoded_meanwhile > 0
+
+
+def test_a_short_prompt_runs_all_its_loops_in_one_step_within_the_chunk(ouro_tiny, reference):
+    # given a budget of 64 position-loops a step, more than this prompt's positions x loops
+    batch = ContinuousBatch(ouro_tiny, max_rows=1, prefill_chunk=64)
+    batch.add("greedy", *REQUESTS["greedy"])
+    prompt_tokens = reference["greedy"][1]["prompt_tokens"]
+    assert prompt_tokens * ouro_tiny.config.total_ut_steps <= 64  # its loop cap
+
+    # when
+    update = batch.step()["greedy"]
+
+    # then its whole prefill was done in that step, and it joined its row
+    assert sum(e.phase == "prompt" for e in update.events) == prompt_tokens
+    assert batch.scheduler.rows[0] is not None
 
 
 def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
