@@ -48,8 +48,11 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-async def _visitor(base: str, number: int, runs: int, tokens: int) -> list[tuple[float, int]]:
-    """One visitor's runs in turn: (POST -> first generated token, generated tokens)."""
+async def _visitor(
+    base: str, number: int, runs: int, tokens: int
+) -> list[tuple[float, int, float]]:
+    """One visitor's runs in turn: (POST -> first generated token, generated tokens,
+    POST -> first token event, a prompt position: the run was claimed and prefilled)."""
     import httpx
 
     out = []
@@ -66,12 +69,13 @@ async def _visitor(base: str, number: int, runs: int, tokens: int) -> list[tuple
             assert response.status_code == 201, response.text
             seen = await _watch(client, base, response.json()["events_url"], start)
             assert seen and seen[-1][1].get("event") == "done", seen[-1:]
-            first = _token_times(seen)["first_generated"]
-            assert first is not None
+            times = _token_times(seen)
+            first, prompt = times["first_generated"], times["first_token"]
+            assert first is not None and prompt is not None
             generated = sum(
                 e.get("event") == "token" and e["data"]["phase"] == "generated" for _, e in seen
             )
-            out.append((first, generated))
+            out.append((first, generated, prompt))
     return out
 
 
@@ -81,12 +85,13 @@ async def _crowd(base: str, visitors: int, runs: int, tokens: int) -> tuple[list
     return [run for visitor in results for run in visitor], time.perf_counter() - start
 
 
-def _line(name: str, runs: list[tuple[float, int]], seconds: float) -> str:
-    firsts = [first for first, _ in runs]
-    tokens = sum(n for _, n in runs)
+def _line(name: str, runs: list[tuple[float, int, float]], seconds: float) -> str:
+    firsts, prompts = [run[0] for run in runs], [run[2] for run in runs]
+    tokens = sum(run[1] for run in runs)
     return (
-        f"{name}: POST -> first generated token p50 {statistics.median(firsts) * 1e3:6.0f} ms, "
-        f"p95 {_p95(firsts) * 1e3:6.0f} ms over {len(runs)} runs; "
+        f"{name}: POST -> first generated token p50 {statistics.median(firsts) * 1e3:4.0f} ms, "
+        f"p95 {_p95(firsts) * 1e3:4.0f} ms over {len(runs)} runs (-> first prompt event p50 "
+        f"{statistics.median(prompts) * 1e3:.0f} ms, p95 {_p95(prompts) * 1e3:.0f} ms); "
         f"{tokens / seconds:6.1f} generated tokens/s ({tokens} in {seconds:.1f} s)"
     )
 
@@ -136,7 +141,7 @@ def main() -> None:
     )
     print(_line("one visitor alone  ", alone, alone_s))
     print(_line(f"{args.visitors} visitors at once", crowd, crowd_s))
-    ratio = (sum(n for _, n in crowd) / crowd_s) / (sum(n for _, n in alone) / alone_s)
+    ratio = (sum(r[1] for r in crowd) / crowd_s) / (sum(r[1] for r in alone) / alone_s)
     print(f"  aggregate tokens/s, crowd / alone: {ratio:.2f}x (goal: p95 <= 500 ms at once)")
 
 

@@ -198,27 +198,28 @@ class ContinuousBatch:
         return updates
 
     def _prefill_step(self, updates: dict[Hashable, RunUpdate]) -> None:
-        """The joining request's next prefill steps, at most ``prefill_chunk`` positions'
-        loops in all (one loop of a full chunk, or several of a short prompt), admitting
-        the next waiting request when a row is free; a finished prefill joins its row."""
-        if self.joining is None:
-            if not self.waiting or self.scheduler.free_row() is None:
-                return
-            self.joining = run = self.waiting.popleft()
-            run.engine = engine = request_engine(self.loaded, run.params)
-            run.report = RunReport(self.loaded, run.prompt, engine)
-            run.prefilling = engine.prefill_state([run.prompt])
-            run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
-        run = self.joining
-        assert run.engine and run.prefilling and run.schedule
-        spent = 0  # token-loops this step, at most prefill_chunk (a short prompt: several loops)
-        while (step := run.schedule.plan()) is not None:
-            width = step.stop - step.start
-            if spent and spent + width > self.prefill_chunk:
-                break
-            run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
-            spent += width
-        if run.schedule.plan() is None:
+        """Prefill steps of joining requests, one request at a time, at most
+        ``prefill_chunk`` position-loops in all (one loop of a full chunk, or every loop
+        of a few short prompts); a request is admitted when a row is free, and a finished
+        prefill joins its row."""
+        spent = 0
+        while True:
+            if self.joining is None:
+                if not self.waiting or self.scheduler.free_row() is None:
+                    return
+                self.joining = run = self.waiting.popleft()
+                run.engine = engine = request_engine(self.loaded, run.params)
+                run.report = RunReport(self.loaded, run.prompt, engine)
+                run.prefilling = engine.prefill_state([run.prompt])
+                run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
+            run = self.joining
+            assert run.engine and run.prefilling and run.schedule
+            while (step := run.schedule.plan()) is not None:
+                width = step.stop - step.start
+                if spent and spent + width > self.prefill_chunk:
+                    return
+                run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
+                spent += width
             self.joining = None
             self._join(run, updates)
 

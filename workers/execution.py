@@ -108,13 +108,18 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
             prefill_chunk=settings.PLAYGROUND_PREFILL_CHUNK,
             time_limit_s=settings.PLAYGROUND_SOFT_TIME_LIMIT_S,
         )
+        first = True
         for event in handle:
             if control.stop_reason:  # stopped: the rest of the batch's step is not kept
                 continue
             writer.add(event.to_dict())
             if event.phase == RunToken.Phase.PROMPT:
                 control.beat()
-            elif control.should_stop():
+                continue
+            if first:  # what the visitor waits for goes out now, not with the next batch
+                writer.flush()
+                first = False
+            if control.should_stop():
                 handle.cancel()
         writer.flush()
     except Exception as exc:  # the run records why it failed; the worker goes on
