@@ -50,9 +50,10 @@ def _p95(values: list[float]) -> float:
 
 async def _visitor(
     base: str, number: int, runs: int, tokens: int
-) -> list[tuple[float, int, float]]:
+) -> list[tuple[float, int, float, float]]:
     """One visitor's runs in turn: (POST -> first generated token, generated tokens,
-    POST -> first token event, a prompt position: the run was claimed and prefilled)."""
+    POST -> first token event (a prompt position: the run was claimed and prefilled),
+    POST -> its answer)."""
     import httpx
 
     out = []
@@ -66,6 +67,7 @@ async def _visitor(
             }
             start = time.perf_counter()
             response = await client.post(f"{base}/api/v1/runs/", json=body)
+            answered = time.perf_counter() - start
             assert response.status_code == 201, response.text
             seen = await _watch(client, base, response.json()["events_url"], start)
             assert seen and seen[-1][1].get("event") == "done", seen[-1:]
@@ -75,7 +77,7 @@ async def _visitor(
             generated = sum(
                 e.get("event") == "token" and e["data"]["phase"] == "generated" for _, e in seen
             )
-            out.append((first, generated, prompt))
+            out.append((first, generated, prompt, answered))
     return out
 
 
@@ -85,13 +87,19 @@ async def _crowd(base: str, visitors: int, runs: int, tokens: int) -> tuple[list
     return [run for visitor in results for run in visitor], time.perf_counter() - start
 
 
-def _line(name: str, runs: list[tuple[float, int, float]], seconds: float) -> str:
-    firsts, prompts = [run[0] for run in runs], [run[2] for run in runs]
+def _line(name: str, runs: list[tuple[float, int, float, float]], seconds: float) -> str:
+    firsts, prompts, answers = (
+        [run[0] for run in runs],
+        [run[2] for run in runs],
+        [run[3] for run in runs],
+    )
     tokens = sum(run[1] for run in runs)
     return (
         f"{name}: POST -> first generated token p50 {statistics.median(firsts) * 1e3:4.0f} ms, "
         f"p95 {_p95(firsts) * 1e3:4.0f} ms over {len(runs)} runs (-> first prompt event p50 "
-        f"{statistics.median(prompts) * 1e3:.0f} ms, p95 {_p95(prompts) * 1e3:.0f} ms); "
+        f"{statistics.median(prompts) * 1e3:.0f} ms, p95 {_p95(prompts) * 1e3:.0f} ms; POST "
+        f"answered p50 {statistics.median(answers) * 1e3:.0f} ms, "
+        f"p95 {_p95(answers) * 1e3:.0f} ms); "
         f"{tokens / seconds:6.1f} generated tokens/s ({tokens} in {seconds:.1f} s)"
     )
 
