@@ -13,7 +13,7 @@ of a short prompt), so a joining prompt adds at most that much work to each step
 rows already decoding. Once its prefill is done it is loaded
 into the free row of the batch's cache between steps. Then each step runs one loop for
 every row (:class:`kernels.scheduler.Scheduler` plans it,
-:meth:`kernels.engine.Engine.run_step` computes it), each row with its own exit rule, q,
+:meth:`kernels.runner.StepRunner.run_step` computes it), each row with its own exit rule, q,
 loop cap, KV policy, sampler, token budget and end token. A row leaves when its run
 finishes or is cancelled, and the others go on.
 
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.checkpoint import LoadedModel
-from kernels.engine import Engine, PrefillState
+from kernels.engine import Engine
 from kernels.rules import kv_policy
+from kernels.runner import PrefillState
 from kernels.sampling import Sampler
 from kernels.scheduler import PrefillSchedule, RowSettings, Scheduler
 from kernels.stream import (

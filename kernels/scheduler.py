@@ -1,7 +1,7 @@
 """The decode scheduler: plain-Python state per batch row, one small plan per step.
 
 Like vLLM's Scheduler next to its ModelRunner, this module decides and the engine's step
-runner (:meth:`kernels.engine.Engine.run_step`) computes. A row of the decode batch serves
+runner (:mod:`kernels.runner`) computes. A row of the decode batch serves
 one request: which token it is computing, at which loop, how many tokens it has sampled,
 and the request's own settings (exit rule, KV policy, loop cap, token budget, end token).
 Each step:

@@ -1,0 +1,715 @@
+"""The step runner: tensors only, one step of a prefill or of a decode at a time.
+
+Like vLLM's ModelRunner next to its Scheduler (:mod:`kernels.scheduler`), it computes
+what a plan names and decides nothing about what comes next. A token that has exited is
+not computed again: in loop t only the still-active tokens go through the shared layers
+(gathered into a compact batch, scattered back). An exited token keeps its exit-loop
+state, and its logits are the LM head of that state. What later loops' queries see of it
+is the KV policy's choice (:mod:`kernels.rules`); the depth-indexed cache
+(:mod:`kernels.cache`) keeps, per position, only the loops it computed, and only the
+cache's methods write it.
+
+- :meth:`StepRunner.run_prefill_step`: one loop of one chunk of prompt positions
+  (a :class:`kernels.scheduler.ChunkStep`);
+- :meth:`StepRunner.run_step`: one loop for every planned decode row, each at its own
+  loop (a :class:`kernels.scheduler.StepPlan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kernels.attention import DecodePlan, PrefillTiles, Segment, additive_mask, attend_segments
+from kernels.cache import DepthKVCache
+from kernels.exits import step_mass
+from kernels.model import Attend, LoopedLM, padded_causal_attend
+from kernels.rules import ExitRule, KVPolicy, LoopSignals, QExit, kv_policy
+from kernels.scheduler import ChunkStep, RowSettings, StepPlan
+from kernels.work import FlopModel, Work
+
+
+@dataclass
+class Trace:
+    """Per token slot and computed loop: gate, stopping distribution, KL, a logit lens.
+
+    Tensors are (T, N) or (T, N, k) over N token slots; NaN / -1 where not computed.
+    """
+
+    gate_lambda: Tensor
+    exit_p: Tensor
+    cumulative: Tensor
+    kl: Tensor
+    top_ids: Tensor
+    top_probs: Tensor
+
+    @classmethod
+    def empty(cls, n_loops: int, n_tokens: int, top_k: int, device: torch.device) -> Trace:
+        nan = torch.full((n_loops, n_tokens), float("nan"), device=device)
+        return cls(
+            gate_lambda=nan.clone(),
+            exit_p=nan.clone(),
+            cumulative=nan.clone(),
+            kl=nan.clone(),
+            top_ids=torch.full((n_loops, n_tokens, top_k), -1, dtype=torch.long, device=device),
+            top_probs=torch.zeros(n_loops, n_tokens, top_k, device=device),
+        )
+
+    def reset(self, slot: int) -> None:
+        for tensor in (self.gate_lambda, self.exit_p, self.cumulative, self.kl):
+            tensor[:, slot] = float("nan")
+        self.top_ids[:, slot] = -1
+        self.top_probs[:, slot] = 0.0
+
+    def record(self, slot: int, loops: int, top_k: int) -> dict[str, Any]:
+        """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
+        top: list[list[tuple[int, float]]] = [[] for _ in range(loops)]
+        if top_k:
+            ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
+            top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
+        return {
+            "gate_lambda": self.gate_lambda[:loops, slot].tolist(),
+            "exit_p": self.exit_p[:loops, slot].tolist(),
+            "cumulative": self.cumulative[:loops, slot].tolist(),
+            "kl": [None if v != v else v for v in self.kl[:loops, slot].tolist()],
+            "top": top,
+        }
+
+
+@dataclass
+class TokenState:
+    """Per token slot: the running stopping distribution and what has been reported."""
+
+    remaining: Tensor  # (N,) float32
+    cumulative: Tensor  # (N,) float32
+    gate_sum: Tensor  # (N,) float32 sum of the gates so far
+    seed: Tensor  # (N,) int64 each slot's request seed (a rule's random draws)
+    reported: Tensor  # (N,) int64 reported exit loop, 0 until then
+    out_logits: Tensor  # (N, V) logits at the reported exit loop
+    prev_logp: Tensor | None  # (N, V) previous loop's log-probs (convergence only)
+
+    @classmethod
+    def create(
+        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int = 0
+    ) -> TokenState:
+        return cls(
+            remaining=torch.ones(n, device=device),
+            cumulative=torch.zeros(n, device=device),
+            gate_sum=torch.zeros(n, device=device),
+            seed=torch.full((n,), seed, dtype=torch.long, device=device),
+            reported=torch.zeros(n, dtype=torch.long, device=device),
+            out_logits=torch.zeros(n, vocab, dtype=dtype, device=device),
+            prev_logp=torch.zeros(n, vocab, device=device) if kl else None,
+        )
+
+    def reset(self, slot: int) -> None:
+        self.remaining[slot], self.cumulative[slot], self.reported[slot] = 1.0, 0.0, 0
+        self.gate_sum[slot] = 0.0
+
+
+@dataclass(frozen=True)
+class LoopRules:
+    """Who decides for each token of one loop call: its loop cap and its request's exit
+    rule and KV policy (rows of one decode batch may each have their own)."""
+
+    caps: Tensor  # (N,) int64
+    groups: list[tuple[ExitRule, KVPolicy, Tensor | None]]  # tokens (into N); None: all
+
+    @property
+    def needs_logits(self) -> bool:
+        return any(rule.needs_logits for rule, _, _ in self.groups)
+
+    def wants_kl(self, like: Tensor) -> Tensor | bool:
+        """Which tokens' rules use the KL (the others report none, as they would alone)."""
+        if len(self.groups) == 1:
+            return True
+        wants = torch.zeros_like(like, dtype=torch.bool)
+        for rule, _, index in self.groups:
+            if rule.needs_logits:
+                wants[index] = True
+        return wants
+
+    def decide(self, signals: LoopSignals) -> tuple[Tensor, Tensor]:
+        """-> (exits: the rule's choice of output loop, stop: stops computing), (N,) each;
+        under ``select`` a token computes every loop whatever its rule chose."""
+        exits = torch.zeros_like(signals.t, dtype=torch.bool)
+        stop = exits.clone()
+        for rule, policy, index in self.groups:
+            mine = signals if index is None else signals.select(index)
+            chosen = rule.exits(mine)
+            halt = mine.last if policy.compute_all else chosen
+            if index is None:
+                return chosen, halt
+            exits[index], stop[index] = chosen, halt
+        return exits, stop
+
+
+@dataclass
+class DecodeState:
+    """The step runner's tensors for one decode batch, one slot per cache row."""
+
+    cache: DepthKVCache
+    x: Tensor  # (B, H) each row's current token state
+    state: TokenState  # (B, …) its stopping distribution and output logits
+    trace: Trace | None  # (T, B, …)
+    works: list[Work]  # executed work, per row (rows may share one counter)
+
+
+@dataclass
+class PrefillState:
+    """The step runner's tensors for one prefill: B prompts right-aligned to S positions."""
+
+    ids: Tensor  # (B, S) token ids (pads 0)
+    lengths: list[int]
+    real: Tensor  # (B, S) bool, real positions
+    active: Tensor  # (B, S) bool, positions still running
+    x: Tensor  # (B*S, H) each position's current state
+    keys: Tensor  # (B*S,) causal keys each position sees (work counts)
+    cos: Tensor  # (S, d) rotary tables by position
+    sin: Tensor
+    cache: DepthKVCache
+    state: TokenState  # (B*S, …)
+    trace: Trace | None  # (T, B*S, …)
+    loops_computed: Tensor  # (B*S,)
+    work: Work
+    keep_cache: bool
+
+    def result(self) -> PrefillResult:
+        """What the prefill gives once its schedule is done."""
+        b, s = self.ids.shape
+        return PrefillResult(
+            ids=self.ids,
+            lengths=self.lengths,
+            logits=self.state.out_logits.view(b, s, -1) * self.real[..., None],
+            exit_loop=self.state.reported.view(b, s),
+            loops_computed=self.loops_computed.view(b, s),
+            cache=self.cache if self.keep_cache else None,
+            work=self.work,
+            trace=self.trace,
+            state=self.state,
+        )
+
+
+@dataclass
+class PrefillResult:
+    ids: Tensor  # (B, S) right-aligned token ids (pads 0)
+    lengths: list[int]
+    logits: Tensor  # (B, S, V) each position's output logits (its exit loop); pads 0
+    exit_loop: Tensor  # (B, S) reported exit loop, 0 for pads
+    loops_computed: Tensor  # (B, S)
+    cache: DepthKVCache | None
+    work: Work
+    trace: Trace | None = field(default=None, repr=False)
+    state: TokenState | None = field(default=None, repr=False)
+
+    def kept_cache(self) -> DepthKVCache:
+        """The cache to decode from; a prefill with ``keep_cache=False`` has none."""
+        if self.cache is None:
+            raise ValueError("prefill was run with keep_cache=False; nothing to decode from")
+        return self.cache
+
+
+class StepRunner:
+    """Runs a :class:`LoopedLM`'s loops for the tokens a step names, with per-token exits
+    and real skipping.
+
+    Args:
+        model: the looped LM (eval mode; its dtype and device are used).
+        rule: the exit rule (default Q-exit with q = 1, i.e. full depth).
+        policy: KV policy name: ``best-available`` (default), ``select``, ``recompute-kv``.
+        loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
+        top_k: width of the per-loop logit lens recorded in traces.
+        trace: record gate values per loop (default: when ``top_k`` > 0).
+        seed: the request's seed, which exit rules see (for reproducible random draws).
+    """
+
+    def __init__(
+        self,
+        model: LoopedLM,
+        rule: ExitRule | None = None,
+        policy: str | KVPolicy = "best-available",
+        *,
+        loops: int | None = None,
+        top_k: int = 0,
+        trace: bool | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.model, self.body, self.config = model, model.model, model.config
+        self.rule = rule or QExit(1.0)
+        self.policy = kv_policy(policy) if isinstance(policy, str) else policy
+        self.n_loops = loops or self.config.total_ut_steps
+        self.top_k = top_k
+        self.seed = seed
+        self.tracing = bool(top_k) if trace is None else trace
+        self.flops = FlopModel(self.config)
+        # The full-depth baseline does what this run shows: with a trace, a logit lens at
+        # every loop; else one LM-head call per token, at its last loop.
+        self.full_heads = self.n_loops if self.tracing else 1
+        self.dtype = model.lm_head.weight.dtype
+        self.device = model.lm_head.weight.device
+        self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
+        self.queued_prefill_s = self.queued_prefill_cpu_s = 0.0
+
+    def new_cache(self, batch: int, capacity: int) -> DepthKVCache:
+        """An empty cache for ``batch`` rows of ``capacity`` positions and this run's loops."""
+        cfg = self.config
+        return DepthKVCache(
+            n_layers=cfg.num_hidden_layers,
+            n_loops=self.n_loops,
+            batch=batch,
+            capacity=capacity,
+            n_kv_heads=cfg.kv_heads,
+            head_dim=cfg.head_size,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    def _run_layers(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[[int], Attend]
+    ) -> Tensor:
+        for index, layer in enumerate(self.body.layers):
+            x = layer(x, cos, sin, attend(index))
+        return self.body.norm(x)  # the loop's normed output state
+
+    def _count(self, work: Work, n: int, keys: float) -> None:
+        work.token_loops_executed += n
+        work.token_layers_executed += n * len(self.body.layers)
+        work.flops_executed += self.flops.loops(n, keys)
+
+    def _head(self, h: Tensor, work: Work) -> Tensor:
+        work.head_tokens += len(h)
+        work.flops_executed += self.flops.head * len(h)
+        return self.model.lm_head(h)
+
+    def _finish_loop(
+        self,
+        t: int | Tensor,
+        slots: Tensor,
+        position: Tensor,
+        h: Tensor,
+        state: TokenState,
+        trace: Trace | None,
+        work: Work,
+        rules: LoopRules | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
+        stopping mass, exit decision, output logits (one LM-head call for all of them).
+        ``position`` (N,) is each token's position. ``t`` is one loop or, in decode, each
+        token's own loop (N,); ``rules`` gives each token its cap, rule and policy
+        (default: the engine's). Returns "stops computing" and "ran the LM head", (N,)."""
+        rules = rules or self._rules(len(slots))
+        loop = torch.as_tensor(t, device=h.device).expand(len(slots))  # (N,)
+        last = loop >= rules.caps
+        lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
+        p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
+        cumulative = state.cumulative[slots] + p
+        gate_sum = state.gate_sum[slots] + lam
+        state.remaining[slots], state.cumulative[slots] = remaining, cumulative
+        state.gate_sum[slots] = gate_sum
+        logits: Tensor | None = None
+        logp: Tensor | None = None
+        kl: Tensor | None = None
+        if rules.needs_logits or self.tracing:
+            logits = self._head(h, work)  # (N, V)
+            logp = F.log_softmax(logits.float(), dim=-1)
+        if rules.needs_logits:
+            # needs_logits computed logp above; the state keeps the previous loop's (kl=True)
+            assert logp is not None and state.prev_logp is not None
+            prev = state.prev_logp[slots]
+            kl = (prev.exp() * (prev - logp)).sum(-1)  # KL(p_{t-1} ‖ p_t)
+            kl = torch.where((loop >= 2) & rules.wants_kl(kl), kl, float("nan"))
+            state.prev_logp[slots] = logp
+        signals = LoopSignals(
+            t=loop,
+            n_loops=rules.caps,
+            cumulative=cumulative,
+            kl=kl,
+            gate=lam,
+            gate_sum=gate_sum,
+            seed=state.seed[slots],
+            position=position,
+        )
+        exits, stop = rules.decide(signals)  # (N,) each
+        if trace is not None:
+            trace.gate_lambda[loop - 1, slots] = lam
+            trace.exit_p[loop - 1, slots] = p
+            trace.cumulative[loop - 1, slots] = cumulative
+            if kl is not None:
+                trace.kl[loop - 1, slots] = kl  # NaN at loop 1
+            if self.top_k:
+                assert logp is not None  # a trace means tracing, which computed it above
+                top = logp.topk(self.top_k, dim=-1)
+                trace.top_ids[loop - 1, slots] = top.indices
+                trace.top_probs[loop - 1, slots] = top.values.exp()
+        report = exits & (state.reported[slots] == 0)
+        if bool(report.any()):
+            chosen = report.nonzero().squeeze(1)
+            out = logits[chosen] if logits is not None else self._head(h[chosen], work)
+            state.out_logits[slots[chosen]] = out
+            state.reported[slots[chosen]] = loop[chosen]
+        return stop, report if logits is None else torch.ones_like(report)
+
+    def _rules(self, n: int) -> LoopRules:
+        """The engine's own rule, policy and loop count for n tokens."""
+        caps = torch.full((n,), self.n_loops, dtype=torch.long, device=self.device)
+        return LoopRules(caps, [(self.rule, self.policy, None)])
+
+    def _frozen_kv(
+        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
+    ) -> list[tuple[Tensor, Tensor]]:
+        """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
+        work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
+        return [
+            layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
+            for layer in self.body.decoder_layers
+        ]
+
+    # -- prefill -----------------------------------------------------------------------
+    def prefill_state(
+        self,
+        rows: list[list[int]] | Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        reserve: int = 0,
+        keep_cache: bool = True,
+    ) -> PrefillState:
+        """The tensors of a prefill not yet run (see :meth:`prefill` for the arguments)."""
+        ids, lengths = _right_aligned(rows, attention_mask, self.device)
+        b, s = ids.shape
+        real = torch.arange(s, device=self.device)[None, :] < torch.tensor(lengths)[:, None].to(
+            self.device
+        )
+        cos, sin = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
+        keys = (torch.arange(s, device=self.device) + 1).repeat(b).float()  # causal keys seen
+        work = Work()
+        n_real = sum(lengths)
+        work.token_loops_full = n_real * self.n_loops
+        work.flops_full = self.n_loops * self.flops.loops(n_real, float(keys[real.flatten()].sum()))
+        work.flops_full += self.flops.head * self.full_heads * n_real
+        tracing = self.tracing
+        return PrefillState(
+            ids=ids,
+            lengths=lengths,
+            real=real,
+            active=real.clone(),
+            x=self.body.embed_tokens(ids).flatten(0, 1),
+            keys=keys,
+            cos=cos,
+            sin=sin,
+            cache=self.new_cache(b, s + reserve),
+            state=TokenState.create(
+                b * s,
+                self.config.vocab_size,
+                self.dtype,
+                self.device,
+                self.rule.needs_logits,
+                self.seed,
+            ),
+            trace=Trace.empty(self.n_loops, b * s, self.top_k, self.device) if tracing else None,
+            loops_computed=torch.zeros(b * s, dtype=torch.long, device=self.device),
+            work=work,
+            keep_cache=keep_cache,
+        )
+
+    @torch.no_grad()
+    def run_prefill_step(self, step: ChunkStep, prefilling: PrefillState) -> bool:
+        """The prefill's step runner: loop ``step.loop`` of the still-running positions
+        [start, stop) of every row. Returns "a position of the chunk runs on"; once none
+        does, the chunk's depths are committed to the cache.
+
+        In loop t a position sees every earlier position as in unchunked prefill: its own
+        chunk's current K/V (causal), and earlier chunks' positions the way a decode step
+        sees earlier tokens (the terminal entries visible at t and the loop-t store), which
+        hold exactly the K/V those positions had at loop t. Host syncs: the active
+        positions, and one read of "any still running"."""
+        p, cache = prefilling, prefilling.cache
+        lo, hi, t = step.start, step.stop, step.loop
+        b, s = p.ids.shape
+        chunk = p.active[:, lo:hi]  # (B, W)
+        local = chunk.flatten().nonzero().squeeze(1)  # (N,) into B*W
+        w = hi - lo
+        row_of, cols = local // w, local % w + lo
+        flat = row_of * s + cols  # (N,) into B*S
+        if lo == 0 and len(flat) == b * w:  # the whole prefix active: the fused causal kernel
+            x = p.x.view(b, s, -1)[:, :hi]  # (B, W, H)
+            h = self._run_layers(x, p.cos[:hi], p.sin[:hi], self._dense_attend(cache)).flatten(0, 1)
+        elif lo == 0:
+            tiles = PrefillTiles(local, b, w, self.dtype)
+            attend = self._tiled_attend(cache, tiles, row_of, cols)
+            h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
+        else:
+            attend = self._chunk_attend(cache, step, row_of, cols)
+            h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
+        self._count(p.work, len(flat), float(p.keys[flat].sum()))
+        p.loops_computed[flat] += 1
+        stop, _ = self._finish_loop(t, flat, cols, h, p.state, p.trace, p.work)
+        p.x[flat] = h
+        p.active.view(-1)[flat[stop]] = False
+        if p.keep_cache and t < self.n_loops:
+            # loop t's K/V that stays needed: positions going on (and, for recompute-kv,
+            # those stopping now too, whose terminal entry becomes the projection)
+            kept = p.active[:, lo:hi].clone()
+            if self.policy.frozen_terminal:
+                kept.view(-1)[local] = True
+            cache.keep_loop(t, kept, start=lo)
+        if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
+            frozen = stop.nonzero().squeeze(1)
+            c = cols[frozen]
+            for index, (k, v) in enumerate(self._frozen_kv(h[frozen], p.cos[c], p.sin[c], p.work)):
+                cache.write_terminal(index, row_of[frozen], c, k, v)
+        going_on = bool(p.active[:, lo:hi].any())
+        if not going_on:
+            depth = p.loops_computed.view(b, s)[:, lo:hi]
+            cache.commit_prefill(depth, [min(n, hi) for n in p.lengths], start=lo)
+        return going_on
+
+    def _dense_attend(self, cache: DepthKVCache) -> Callable[[int], Attend]:
+        causal = padded_causal_attend(None)
+
+        def for_layer(index: int) -> Attend:
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, S, heads, d)
+                cache.write_prefix(index, k, v)
+                return causal(q, k, v)
+
+            return attend
+
+        return for_layer
+
+    def _tiled_attend(
+        self, cache: DepthKVCache, tiles: PrefillTiles, rows: Tensor, cols: Tensor
+    ) -> Callable[[int], Attend]:
+        def for_layer(index: int) -> Attend:
+            ek, ev = cache.e_k[index], cache.e_v[index]
+
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
+                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
+                return tiles.attend(q, ek, ev)
+
+            return attend
+
+        return for_layer
+
+    def _chunk_attend(
+        self, cache: DepthKVCache, step: ChunkStep, rows: Tensor, cols: Tensor
+    ) -> Callable[[int], Attend]:
+        """Queries of a chunk past the first: per row, the terminal entries [0, stop) (earlier
+        chunks' as visible at the loop, its own chunk's causally) and the loop-t store."""
+        lo, hi, t = step.start, step.stop, step.loop
+        keys = torch.arange(hi, device=self.device)
+        prefix = self.policy.terminal_visible(cache.exit_loop[:, :lo].long(), t, self.n_loops)
+        store = cache.loops[t - 1] if t < cache.n_loops else None
+        groups = []
+        for r in rows.unique().tolist():
+            sel = (rows == r).nonzero().squeeze(1)  # this row's queries
+            visible = keys[None, :] <= cols[sel, None]  # (n, W)
+            visible[:, :lo] &= prefix[r, None, :]
+            mask = additive_mask(visible[None, None], self.dtype)  # (1, 1, n, W)
+            groups.append((sel, r, mask, store.lens[r] if store is not None else 0))
+
+        def for_layer(index: int) -> Attend:
+            ek, ev = cache.e_k[index], cache.e_v[index]
+
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
+                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
+                out = torch.empty_like(q)
+                for sel, r, mask, n in groups:
+                    segments = [Segment(ek[r : r + 1, :hi], ev[r : r + 1, :hi], mask)]
+                    if n:
+                        assert store is not None
+                        segments.append(Segment(*store.row(index, r)))
+                    out[sel] = attend_segments(q[sel][None], segments)[0]
+                return out
+
+            return attend
+
+        return for_layer
+
+    # -- decode ------------------------------------------------------------------------
+    def decode_state(self, cache: DepthKVCache, kl: bool | None = None) -> DecodeState:
+        """Empty per-row tensors for decoding into ``cache`` (one slot per cache row);
+        ``kl``: keep log-probs for a convergence rule (default: the engine's rule needs it)."""
+        b = cache.batch
+        kl = self.rule.needs_logits if kl is None else kl
+        return DecodeState(
+            cache=cache,
+            x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
+            state=TokenState.create(
+                b, self.config.vocab_size, self.dtype, self.device, kl, self.seed
+            ),
+            trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
+            works=[Work() for _ in range(b)],
+        )
+
+    def start_token(
+        self, decoding: DecodeState, row: int, token: int, settings: RowSettings
+    ) -> None:
+        """Row ``row``'s next token starts at loop 1 (state and trace of its slot reset)."""
+        decoding.state.reset(row)
+        decoding.state.seed[row] = settings.seed
+        if decoding.trace is not None:
+            decoding.trace.reset(row)
+        decoding.x[row] = self.body.embed_tokens.weight[token]
+        work, n_loops = decoding.works[row], settings.n_loops
+        position = decoding.cache.e_len[row]
+        work.token_loops_full += n_loops
+        work.flops_full += self.flops.loops(1, position + 1) * n_loops
+        work.flops_full += self.flops.head * (n_loops if self.tracing else 1)
+
+    @torch.no_grad()
+    def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:
+        """The step runner: one loop for every planned row, each at its own loop, with its
+        own rule, policy and cap. Writes the cache only through its methods (a stopping
+        token's slot is committed) and returns, per planned row, "its token stopped".
+        Host syncs: the attention plan's tables, and one read of the stops."""
+        cache, body = decoding.cache, self.body
+        rows = torch.tensor(plan.rows, device=self.device)  # (R,)
+        pos = torch.tensor(plan.positions, device=self.device)  # (R,)
+        t = torch.tensor(plan.loops, device=self.device)  # (R,)
+        caps = torch.tensor(plan.caps, device=self.device)  # (R,)
+        rules = _plan_rules(plan, caps)
+        attention = self._decode_plan(cache, plan, pos, t, caps, rules)
+        cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
+        x = decoding.x[rows]  # (R, H)
+        h = self._run_layers(x, cos, sin, self._cached_attend(cache, attention, rows, pos))
+        scratch = Work()
+        stop, headed = self._finish_loop(
+            t, rows, pos, h, decoding.state, decoding.trace, scratch, rules
+        )
+        decoding.x[rows] = h
+        stops, heads = torch.stack([stop, headed]).tolist()
+        frozen = [
+            i
+            for i, s in enumerate(plan.settings)
+            if stops[i] and s.policy.frozen_terminal and plan.loops[i] < plan.caps[i]
+        ]
+        self._commit_kv(cache, plan, stops, frozen)
+        if frozen:
+            sel = torch.tensor(frozen, device=self.device)
+            index, slots = rows[sel], pos[sel]
+            for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], scratch)):
+                cache.write_terminal(layer, index, slots, k, v)
+        kv_flops = self.flops.kv_projection * len(body.layers)
+        for i, r in enumerate(plan.rows):
+            work = decoding.works[r]
+            work.token_loops_executed += 1
+            work.token_layers_executed += len(body.layers)
+            work.flops_executed += self.flops.loops(1, plan.positions[i] + 1)
+            work.head_tokens += heads[i]
+            work.flops_executed += self.flops.head * heads[i] + kv_flops * (i in frozen)
+            if stops[i]:
+                cache.commit_token(r, plan.loops[i])
+        return stops
+
+    def _decode_plan(
+        self,
+        cache: DepthKVCache,
+        plan: StepPlan,
+        pos: Tensor,
+        t: Tensor,
+        caps: Tensor,
+        rules: LoopRules,
+    ) -> DecodePlan:
+        """Which terminal entries each row sees at its loop (its own slot included), under
+        its own policy and cap."""
+        width = max(plan.positions) + 1
+        slots = torch.arange(width, device=self.device)
+        exit_loop = cache.exit_loop[torch.tensor(plan.rows, device=self.device), :width].long()
+        visible = torch.zeros_like(exit_loop, dtype=torch.bool)  # (R, W)
+        for _, policy, index in rules.groups:
+            sel = slice(None) if index is None else index
+            visible[sel] = policy.terminal_visible(exit_loop[sel], t[sel, None], caps[sel, None])
+        visible &= slots[None, :] < pos[:, None]
+        visible |= slots[None, :] == pos[:, None]
+        c_lens = [cache.loop_len(u, r) for r, u in zip(plan.rows, plan.loops, strict=True)]
+        attention = DecodePlan(
+            rows=plan.rows,
+            batch=cache.batch,
+            pos=pos,
+            loops=plan.loops,
+            visible=visible,
+            c_lens=c_lens,
+            n_loops=cache.n_loops,
+            dtype=self.dtype,
+        )
+        cache.note_scratch(attention.nbytes())
+        return attention
+
+    def _cached_attend(
+        self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor
+    ) -> Callable[[int], Attend]:
+        stores = {
+            t: store
+            for t in set(plan.loops)
+            if t < cache.n_loops and (store := cache.loops[t - 1]) is not None
+        }
+
+        def for_layer(index: int) -> Attend:
+            def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
+                cache.write_terminal(index, rows, pos, k, v)  # its own loop-t K/V
+                terminal = (cache.e_k[index], cache.e_v[index])
+                return plan.attend(q[:, None], terminal, stores, index)[:, 0]
+
+            return attend
+
+        return for_layer
+
+    def _commit_kv(
+        self, cache: DepthKVCache, plan: StepPlan, stops: list[bool], frozen: list[int]
+    ) -> None:
+        """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
+        stopping before their last loop) into the loop-t store. The moving entries of all
+        layers are read out of the terminal slots in one gather."""
+        moving = [i for i, stop in enumerate(stops) if not stop] + frozen
+        if not moving:
+            return
+        index = torch.tensor([plan.rows[i] for i in moving], device=self.device)
+        slots = torch.tensor([plan.positions[i] for i in moving], device=self.device)
+        k, v = cache.e_k[:, index, slots], cache.e_v[:, index, slots]  # (L, M, nkv, d)
+        by_loop = sorted({plan.loops[i] for i in moving})
+        for t in by_loop:
+            group = [j for j, i in enumerate(moving) if plan.loops[i] == t]
+            rows = [plan.rows[moving[j]] for j in group]
+            if len(by_loop) == 1:
+                cache.loop(t).append(rows, k, v)
+            else:
+                sel = torch.tensor(group, device=self.device)
+                cache.loop(t).append(rows, k[:, sel], v[:, sel])
+
+
+def _plan_rules(plan: StepPlan, caps: Tensor) -> LoopRules:
+    """Each planned row's cap, and its rows grouped by (rule, policy)."""
+    groups: dict[tuple[ExitRule, KVPolicy], list[int]] = {}
+    for i, s in enumerate(plan.settings):
+        groups.setdefault((s.rule, s.policy), []).append(i)
+    if len(groups) == 1:
+        ((rule, policy),) = groups
+        return LoopRules(caps, [(rule, policy, None)])
+    return LoopRules(
+        caps,
+        [
+            (rule, policy, torch.tensor(index, device=caps.device))
+            for (rule, policy), index in groups.items()
+        ],
+    )
+
+
+def _right_aligned(
+    rows: list[list[int]] | Tensor, attention_mask: Tensor | None, device: torch.device
+) -> tuple[Tensor, list[int]]:
+    """Token rows (lists, or ids + mask with padding anywhere) -> (B, S) ids with each row's
+    real tokens first, and the row lengths."""
+    if isinstance(rows, Tensor):
+        mask = attention_mask if attention_mask is not None else torch.ones_like(rows)
+        rows = [r[m.bool()].tolist() for r, m in zip(rows, mask, strict=True)]
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError("every row needs at least one token")
+    lengths = [len(r) for r in rows]
+    ids = torch.zeros(len(rows), max(lengths), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return ids.to(device), lengths
