@@ -78,8 +78,9 @@ def one_after_another(loaded: LoadedModel, work: list) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
-def join_latency(loaded: LoadedModel, work: list) -> list[float]:
-    """Each request in turn joins a batch where the others are decoding long runs."""
+def join_latency(loaded: LoadedModel, work: list) -> list[tuple[float, int]]:
+    """Each request in turn joins a batch where the others are decoding long runs;
+    -> (seconds, steps) from its ``add`` to its first generated token, per join."""
     waits = []
     for joiner in range(len(work)):
         batch = ContinuousBatch(loaded, max_rows=len(work), capacity=256)
@@ -89,13 +90,13 @@ def join_latency(loaded: LoadedModel, work: list) -> list[float]:
                 batch.add(i, prompt, params)
         for _ in range(3 * len(work)):  # every other row joined and decoding
             batch.step()
-        start = time.perf_counter()
+        start, steps = time.perf_counter(), 1
         batch.add("joiner", *work[joiner])
         while not any(
             e.phase == "generated" for e in batch.step().get("joiner", RunUpdate()).events
         ):
-            pass
-        waits.append(time.perf_counter() - start)
+            steps += 1
+        waits.append((time.perf_counter() - start, steps))
     return waits
 
 
@@ -112,7 +113,8 @@ def measure(
         for key, lockstep in (("batched", False), ("lockstep", True), ("piped", False)):
             seconds, n, steps[key] = batched(loaded, work, lockstep=lockstep)
             rates[key].append(n / seconds)
-    waits = sorted(join_latency(loaded, work))
+    joins = join_latency(loaded, work)
+    waits = sorted(seconds for seconds, _ in joins)
     p95 = waits[min(len(waits) - 1, round(0.95 * (len(waits) - 1)))]
 
     def ratios(a: str, b: str) -> str:
@@ -133,7 +135,8 @@ def measure(
     print(f"  depth-pipelined / lockstep:  {ratios('piped', 'lockstep')}")
     print(
         f"join to first generated token, {runs - 1} running: "
-        f"p50 {statistics.median(waits) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms"
+        f"p50 {statistics.median(waits) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms "
+        f"(steps per join: {sorted(steps for _, steps in joins)})"
     )
 
 
