@@ -158,7 +158,11 @@ def test_a_joining_prompt_adds_at_most_one_chunk_of_work_to_each_step(ouro_tiny,
     per_step, decoded_meanwhile = [], 0
     while not run.joined:
         updates = batch.step()
-        work = run.prefilling.work if run.prefilling is not None else run.report.prompt_work
+        if run.prefilling is not None:
+            work = run.prefilling.work
+        else:  # joined: its prefill's work went to its report
+            assert run.report is not None
+            work = run.report.prompt_work
         per_step.append(work.token_loops_executed - executed)
         executed = work.token_loops_executed
         decoded_meanwhile += len(updates.get("recompute", RunUpdate()).events)

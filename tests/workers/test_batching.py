@@ -91,7 +91,8 @@ def troubled():
     """The tiny model with a :class:`TroubledGate` (a copy: the resident one stays as is)."""
     loaded = resident_model(TINY)
     model = copy.deepcopy(loaded.model)
-    gate = model.model.early_exit_gate = TroubledGate(model.model.early_exit_gate)
+    gate = TroubledGate(model.model.early_exit_gate)
+    model.model.register_module("early_exit_gate", gate)  # replaces the Linear
     return dataclasses.replace(loaded, model=model), gate
 
 
