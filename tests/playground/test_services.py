@@ -1,13 +1,17 @@
+import json
 from datetime import timedelta
 from unittest import mock
 
 import pytest
+import redis
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
-from playground import recording, services
+from playground import recording, services, streams
 from playground.models import Run, RunToken
 from playground.recording import event_storable
+from playground.visitors import secret_hash
 from tests.playground.conftest import PROMPT
 from tests.playground.stack import token_view
 from workers import execution
@@ -491,3 +495,150 @@ def test_the_submit_vocabularies_are_the_engines():
     assert set(CHOICES["kv_policy"]) == set(POLICIES)
     for name in CHOICES["exit_rule"]:  # each name the web accepts builds that engine rule
         assert GenerationParams(exit_rule=name, fixed_loops=2).rule().name == name
+
+
+# -- the broker, stopping, the end event
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("error", [OperationalError("connection refused"), OSError("no route")])
+def test_an_unreachable_broker_fails_the_run_with_the_reason(error):
+    # given
+    run = Run.objects.create(prompt=PROMPT, model="ouro-tiny")
+    from workers.celery import app
+
+    # when
+    with (
+        mock.patch.object(app, "send_task", side_effect=error),
+        pytest.raises(services.BrokerUnavailable) as raised,
+    ):
+        services.run_enqueue(run=run)
+
+    # then
+    assert str(raised.value) == (
+        "The playground cannot start runs right now: its run queue is unreachable. "
+        "Nothing was queued; try again in a minute."
+    )
+    assert raised.value.__cause__ is error
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == f"the run queue (broker) could not be reached: {error}"
+
+
+def test_cancel_asks_only_that_run_to_stop(run_factory):
+    # given
+    queued, other_queued = run_factory(), run_factory()
+    running = run_factory(status="running", heartbeat_at=timezone.now())
+    other_running = run_factory(status="running", heartbeat_at=timezone.now())
+
+    # when
+    services.run_cancel(run=queued)
+    services.run_cancel(run=running)
+
+    # then the queued one is cancelled at once, the running one asked to stop
+    for run in (queued, running, other_queued, other_running):
+        run.refresh_from_db()
+    assert (queued.status, queued.cancel_requested) == ("cancelled", True)
+    assert queued.finished_at is not None
+    assert (running.status, running.cancel_requested) == ("running", True)
+    assert (other_queued.status, other_queued.cancel_requested) == ("queued", False)
+    assert (other_running.status, other_running.cancel_requested) == ("running", False)
+
+
+@pytest.mark.services
+def test_a_run_cancelled_while_queued_ends_its_stream(run_factory, settings, redis_url):
+    # given
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    streams.stream_reset_client()
+    run = run_factory()
+
+    # when
+    try:
+        services.run_cancel(run=run)
+    finally:
+        streams.stream_reset_client()
+
+    # then
+    ((entry_id, fields),) = stream_entries(client, run)
+    assert entry_id == streams.end_entry_id(-1).encode()
+    assert fields[b"event"] == b"done"
+    assert json.loads(fields[b"data"])["status"] == "cancelled"
+
+
+def stream_entries(client, run):
+    return client.xrange(streams.stream_key(run.id))
+
+
+def test_only_the_owner_secret_stops_a_run(run_factory):
+    # given a run created with a secret, and one created without
+    run = run_factory(owner_hash=secret_hash("s3cret"))
+    unowned = run_factory()
+
+    # then anyone else is refused, saying how stopping works
+    for candidate, secret in [(run, "wrong"), (run, ""), (unowned, ""), (unowned, "s3cret")]:
+        with pytest.raises(services.NotOwner, match="^Only the visitor who started this run"):
+            services.run_stop(run=candidate, secret=secret)
+    assert services.run_owned(run=run, secret="s3cret")
+    assert not services.run_owned(run=unowned, secret="")
+    run.refresh_from_db()
+    assert run.status == "queued" and not run.cancel_requested
+
+    # and the owner stops it
+    assert services.run_stop(run=run, secret="s3cret").status == "cancelled"
+
+
+@pytest.mark.parametrize("status", ["done", "cancelled"])
+def test_a_finished_run_ends_its_stream_with_done_and_its_stats(run_factory, status):
+    run = run_factory(status=status, stats={"tokens": 3}, error="")
+
+    assert services.run_end_event(run) == (
+        "done",
+        {"status": status, "stats": {"tokens": 3}, "error": ""},
+    )
+
+
+def test_a_failed_run_ends_its_stream_with_an_error(run_factory):
+    run = run_factory(status="failed", stats={"tokens": 3}, error="the worker died")
+
+    assert services.run_end_event(run) == (
+        "error",
+        {"status": "failed", "error": "the worker died"},
+    )
+
+
+def test_a_restarted_worker_fails_only_its_running_runs(run_factory):
+    # given the worker's running run, and its queued and finished ones
+    running = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
+    queued = run_factory(worker="w@a")
+    done = run_factory(status="done", worker="w@a")
+
+    # when
+    failed = services.run_fail_orphans(worker="w@a")
+
+    # then
+    assert failed == [running.id]
+    for run in (running, queued, done):
+        run.refresh_from_db()
+    assert running.error == "the worker running it (w@a) was restarted mid-run"
+    assert (queued.status, done.status) == ("queued", "done")
+
+
+def test_a_restarted_worker_leaves_a_run_another_worker_took_meanwhile(run_factory):
+    # given a run the restarted worker held, taken over before it is failed
+    run = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
+    fail = services.run_fail
+
+    def taken_over_then_fail(**kwargs):
+        Run.objects.filter(pk=run.pk).update(worker="w@b")
+        return fail(**kwargs)
+
+    # when
+    with mock.patch.object(services, "run_fail", taken_over_then_fail):
+        failed = services.run_fail_orphans(worker="w@a")
+
+    # then
+    assert failed == []
+    run.refresh_from_db()
+    assert (run.status, run.worker) == ("running", "w@b")
