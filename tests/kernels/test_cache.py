@@ -169,3 +169,19 @@ def test_appends_with_the_terminal_store_stacked_by_layer(ouro_tiny, reference):
     assert len(records) == 4 * len(prefill.lengths)
     assert cache.entries() == before + sum(r.loops_computed for r in records)
     assert cache.live_bytes == allocated_bytes(cache)
+
+
+@pytest.mark.parametrize(("dtype", "size"), [(torch.float16, 2), (torch.float32, 4)])
+def test_an_entry_is_one_k_and_one_v_in_every_layer(dtype, size):
+    cache = DepthKVCache(
+        n_layers=3,
+        n_loops=2,
+        batch=1,
+        capacity=4,
+        n_kv_heads=2,
+        head_dim=5,
+        dtype=dtype,
+        device=torch.device("cpu"),
+    )
+
+    assert cache.entry_bytes() == 2 * 3 * 2 * 5 * size
