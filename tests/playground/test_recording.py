@@ -226,13 +226,15 @@ def test_heartbeats_are_written_at_most_every_interval(run_factory, clock):
     assert beats(run) == long_ago
 
 
-def test_a_forced_beat_is_written_at_once(run_factory, clock):
+def test_a_forced_beat_is_written_at_once_for_that_run_only(run_factory, clock):
     long_ago = timezone.now() - timedelta(hours=1)
     run = run_factory(status="running", heartbeat_at=long_ago)
+    other = run_factory(status="running", heartbeat_at=long_ago)
 
     RunControl(run).beat(force=True)
 
     assert beats(run) > long_ago
+    assert beats(other) == long_ago
 
 
 def test_a_finished_run_gets_no_heartbeat(run_factory, clock):
