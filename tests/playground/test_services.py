@@ -577,9 +577,16 @@ def test_only_the_owner_secret_stops_a_run(run_factory):
     unowned = run_factory()
 
     # then anyone else is refused, saying how stopping works
-    for candidate, secret in [(run, "wrong"), (run, ""), (unowned, ""), (unowned, "s3cret")]:
-        with pytest.raises(services.NotOwner, match="^Only the visitor who started this run"):
+    empty = run_factory(owner_hash=secret_hash(""))  # an empty secret never owns a run
+    candidates = [(run, "wrong"), (run, ""), (unowned, ""), (unowned, "s3cret"), (empty, "")]
+    for candidate, secret in candidates:
+        with pytest.raises(services.NotOwner) as refused:
             services.run_stop(run=candidate, secret=secret)
+        assert str(refused.value) == (
+            "Only the visitor who started this run can stop it: from the page, the same "
+            "browser session; from the API, the cancel_token returned when it was created "
+            "(header X-Cancel-Token)."
+        )
     assert services.run_owned(run=run, secret="s3cret")
     assert not services.run_owned(run=unowned, secret="")
     run.refresh_from_db()
@@ -642,3 +649,71 @@ def test_a_restarted_worker_leaves_a_run_another_worker_took_meanwhile(run_facto
     assert failed == []
     run.refresh_from_db()
     assert (run.status, run.worker) == ("running", "w@b")
+
+
+def test_each_stale_run_is_failed_naming_its_own_worker(settings, run_factory, caplog):
+    # given two running runs whose workers went quiet, one of them unnamed
+    beat = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S * 2)
+    named = run_factory(status="running", heartbeat_at=beat, worker="w@a")
+    unnamed = run_factory(status="running", heartbeat_at=beat, worker="")
+
+    # when
+    with caplog.at_level("WARNING", logger="playground.services"):
+        failed = services.run_fail_stale()
+
+    # then
+    assert sorted(failed) == sorted([named.id, unnamed.id])
+    named.refresh_from_db(), unnamed.refresh_from_db()
+    limit = settings.PLAYGROUND_STALE_AFTER_S
+    for run, worker in [(named, "w@a"), (unnamed, "unknown")]:
+        assert run.error == (
+            f"the worker running it ({worker}) stopped responding for over {limit} s; "
+            "it was lost mid-run"
+        )
+        assert run.finished_at is not None
+        assert f"run {run.id} failed: {run.error}" in caplog.messages
+
+
+def test_a_queued_run_no_worker_took_is_failed_saying_so(settings, run_factory):
+    run = run_factory()
+    waited = timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - waited)
+
+    services.run_fail_stale()
+
+    run.refresh_from_db()
+    assert run.error == (
+        f"no worker took it within {settings.PLAYGROUND_QUEUED_TIMEOUT_S} s "
+        "(is a worker running on queue gpu?)"
+    )
+
+
+def test_staleness_is_judged_at_the_time_given(settings, run_factory):
+    # given a run that beat just now, and a time past its staleness limit
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+    later = timezone.now() + timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
+
+    # then it is stale then, not now
+    assert services.run_fail_stale() == []
+    assert services.run_fail_stale(now=later) == [run.id]
+
+
+@pytest.mark.services
+def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redis_url):
+    # given
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    streams.stream_reset_client()
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+
+    # when
+    try:
+        assert services.run_fail(run_id=run.id, reason="the GPU fell off")
+    finally:
+        streams.stream_reset_client()
+
+    # then
+    ((_, fields),) = stream_entries(client, run)
+    assert fields[b"event"] == b"error"
+    assert json.loads(fields[b"data"]) == {"status": "failed", "error": "the GPU fell off"}
