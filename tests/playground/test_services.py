@@ -12,7 +12,7 @@ from playground import recording, services, streams
 from playground.models import Run, RunToken
 from playground.recording import event_storable
 from playground.visitors import secret_hash
-from tests.playground.conftest import PROMPT
+from tests.playground.conftest import PROMPT, TINY
 from tests.playground.stack import token_view
 from workers import execution
 
@@ -717,3 +717,46 @@ def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redi
     ((_, fields),) = stream_entries(client, run)
     assert fields[b"event"] == b"error"
     assert json.loads(fields[b"data"]) == {"status": "failed", "error": "the GPU fell off"}
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        ({"prompt": "  "}, {"prompt": ["must not be blank"]}),
+        ({"prompt": "a\x00b"}, {"prompt": ["must not contain NUL characters"]}),
+        ({"prompt": "ab", "q": 0}, {"q": ["must lie in (0, 1]"]}),
+    ],
+)
+def test_each_refusal_says_what_is_wrong(values, errors):
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(**values)
+
+    assert caught.value.message_dict == errors
+
+
+def test_a_prompt_of_the_most_characters_is_not_too_long():
+    # the tiny model's 512 positions refuse it by tokens, not by characters
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt="x" * services.MAX_PROMPT_CHARS)
+
+    assert caught.value.message_dict["prompt"] == [
+        "2000 tokens + max_new_tokens 64 exceed the 512 positions of ouro-tiny"
+    ]
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt="x" * (services.MAX_PROMPT_CHARS + 1))
+    assert "at most 2000 characters" in caught.value.message_dict["prompt"]
+
+
+@pytest.mark.parametrize(
+    ("models", "configured"),
+    [({"tiny": TINY, "other": TINY}, "tiny, other"), ({}, "none")],
+)
+def test_an_unknown_model_is_refused_naming_the_configured_ones(settings, models, configured):
+    settings.PLAYGROUND_MODELS = models
+
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt=PROMPT, model="nope")
+
+    assert caught.value.message_dict == {
+        "model": [f"no model named 'nope'; configured: {configured}"]
+    }
