@@ -760,3 +760,43 @@ def test_an_unknown_model_is_refused_naming_the_configured_ones(settings, models
     assert caught.value.message_dict == {
         "model": [f"no model named 'nope'; configured: {configured}"]
     }
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        (
+            {"loops": 5},
+            {
+                "loops": [
+                    "ouro-tiny was trained with 4 loops; going beyond needs extrapolate (up to 8)"
+                ]
+            },
+        ),
+        ({"loops": 9, "extrapolate": True}, {"loops": ["at most 8 (2 × T)"]}),
+        ({"exit_rule": "fixed", "fixed_loops": 9}, {"fixed_loops": ["at most 8"]}),
+    ],
+)
+def test_loops_past_what_the_model_allows_are_refused_saying_its_bounds(values, errors):
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt=PROMPT, **values)
+
+    assert caught.value.message_dict == errors
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"loops": 4},  # the trained T
+        {"loops": 8, "extrapolate": True},  # 2 × T
+        {"exit_rule": "fixed", "fixed_loops": 8},
+        {"max_new_tokens": 64},  # with a prompt of 512 − 64 tokens: every position used
+    ],
+)
+def test_the_model_bounds_themselves_are_allowed(values):
+    prompt = "x" * (512 - 64) if "max_new_tokens" in values else PROMPT
+
+    info, params = services.run_params_clean(prompt=prompt, **values)
+
+    assert info.name == "ouro-tiny"
+    assert params | values == params
