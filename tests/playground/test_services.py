@@ -705,7 +705,7 @@ def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redi
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     streams.stream_reset_client()
-    run = run_factory(status="running", heartbeat_at=timezone.now())
+    run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
 
     # when
     try:
@@ -713,8 +713,9 @@ def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redi
     finally:
         streams.stream_reset_client()
 
-    # then
-    ((_, fields),) = stream_entries(client, run)
+    # then the end entry comes after its last stored position
+    ((entry_id, fields),) = stream_entries(client, run)
+    assert entry_id == streams.end_entry_id(2).encode()
     assert fields[b"event"] == b"error"
     assert json.loads(fields[b"data"]) == {"status": "failed", "error": "the GPU fell off"}
 
@@ -800,3 +801,25 @@ def test_the_model_bounds_themselves_are_allowed(values):
 
     assert info.name == "ouro-tiny"
     assert params | values == params
+
+
+def test_a_stale_queued_run_claimed_meanwhile_is_not_failed_as_never_taken(settings, run_factory):
+    # given a queued run past its wait, claimed by a worker as the sweep reaches it
+    run = run_factory()
+    waited = timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - waited)
+    beat = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S * 2)
+    fail = services._fail
+
+    def claimed_then_fail(runs, **kwargs):
+        Run.objects.filter(pk=run.pk).update(status="running", heartbeat_at=beat, worker="w")
+        return fail(runs, **kwargs)
+
+    # when
+    with mock.patch.object(services, "_fail", claimed_then_fail):
+        failed = services.run_fail_stale()
+
+    # then it is left to a later sweep, which judges it as the running run it now is
+    assert failed == []
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("running", "")
