@@ -287,3 +287,31 @@ def test_a_request_may_use_the_cache_loops_but_not_more():
     with pytest.raises(ValueError) as refused:
         cache.load_row(0, _prefill(2, n_loops=4))
     assert str(refused.value) == "a 4-loop request does not fit 3 loops"
+
+
+def test_a_step_table_counts_toward_the_peak_only():
+    cache = _small_cache()
+    live = cache.live_bytes
+
+    cache.note_scratch(1000)
+
+    assert cache.peak_bytes == live + 1000
+    assert cache.live_bytes == live
+
+
+def test_a_full_row_takes_no_more_tokens():
+    cache = _small_cache(batch=1, capacity=4)
+    cache.load_row(0, _prefill(3))
+
+    cache.commit_token(0, loop=2)
+    assert cache.e_len == [4] and cache.exit_loop[0, 3] == 2
+    with pytest.raises(AssertionError, match=r"row 0 is full \(4 slots\)"):
+        cache.commit_token(0, loop=2)
+
+
+def test_loop_len_counts_a_row_entries_at_each_loop_but_the_last():
+    cache = _small_cache(batch=2, capacity=8)
+    cache.load_row(1, _prefill(5, past_loop_1=[0, 3]))
+
+    assert [cache.loop_len(t, 1) for t in (1, 2, 3)] == [2, 0, 0]
+    assert cache.loop_len(1, 0) == 0
