@@ -169,3 +169,149 @@ def test_appends_with_the_terminal_store_stacked_by_layer(ouro_tiny, reference):
     assert len(records) == 4 * len(prefill.lengths)
     assert cache.entries() == before + sum(r.loops_computed for r in records)
     assert cache.live_bytes == allocated_bytes(cache)
+
+
+@pytest.mark.parametrize(("dtype", "size"), [(torch.float16, 2), (torch.float32, 4)])
+def test_an_entry_is_one_k_and_one_v_in_every_layer(dtype, size):
+    cache = DepthKVCache(
+        n_layers=3,
+        n_loops=2,
+        batch=1,
+        capacity=4,
+        n_kv_heads=2,
+        head_dim=5,
+        dtype=dtype,
+        device=torch.device("cpu"),
+    )
+
+    assert cache.entry_bytes() == 2 * 3 * 2 * 5 * size
+
+
+def test_equal_regions_are_read_as_one_batch():
+    cache = _small_cache(batch=2)
+    store = cache.loop(1, caps=[4, 4])
+    store.set_row(0, _entries(2, 10), _entries(2, 10))
+    store.set_row(1, _entries(3, 20), _entries(3, 20))
+
+    views = store.batched(1)
+
+    assert views is not None
+    k, v = views
+    assert k.shape == (2, 4, 1, 2)
+    assert torch.equal(k[0, :2, 0, 0], torch.full((2,), 11.0))
+    assert torch.equal(k[1, :3, 0, 0], torch.full((3,), 21.0))
+    assert torch.equal(v, k)
+
+
+def _prefill(n, n_loops=3, past_loop_1=(), capacity=None):
+    """A one-row prefill cache of n positions: position i's entries are i (+ layer), its
+    exit loop 1, or 2 for the positions in past_loop_1 (kept in a loop-1 store)."""
+    cache = DepthKVCache(
+        n_layers=2,
+        n_loops=n_loops,
+        batch=1,
+        capacity=capacity or n,
+        n_kv_heads=1,
+        head_dim=2,
+        dtype=torch.float32,
+        device=torch.device("cpu"),
+    )
+    for layer in range(2):
+        k = (torch.arange(n, dtype=torch.float32) + layer).view(1, n, 1, 1).expand(1, n, 1, 2)
+        cache.write_prefix(layer, k.contiguous(), k.contiguous())
+    kept = torch.zeros(1, n, dtype=torch.bool)
+    kept[0, list(past_loop_1)] = True
+    cache.keep_loop(1, kept)
+    cache.commit_prefill(1 + kept.to(torch.int8), [n])
+    return cache
+
+
+def test_a_loaded_row_takes_the_prefill_and_leaves_the_others():
+    # given a two-row cache whose row 1 served an earlier request
+    cache = _small_cache(batch=2, capacity=8)
+    cache.load_row(0, _prefill(3, past_loop_1=[1]))
+    cache.load_row(1, _prefill(6, past_loop_1=[0, 2, 4]))
+    peak_before = cache.peak_bytes
+    source = _prefill(4, past_loop_1=[3])
+
+    # when row 1 takes a new request's prefill
+    cache.load_row(1, source, extra=2)
+
+    # then row 1 holds exactly that prefill: entries, exit loops, length, loop-1 entries
+    assert cache.e_len == [3, 4]
+    assert torch.equal(cache.e_k[1, 1, :4, 0, 0], torch.arange(4.0) + 1)
+    assert torch.equal(cache.e_v[0, 1, :4, 0, 0], torch.arange(4.0))
+    assert cache.exit_loop[1].tolist() == [1, 1, 1, 2, 0, 0, 0, 0]
+    store = cache.loops[0]
+    assert store is not None
+    assert store.lens == [1, 1]
+    assert torch.equal(store.row(0, 1)[0][0, :, 0, 0], torch.tensor([3.0]))
+    assert store.caps[1] >= 1 + 2  # room for the tokens it will decode
+    assert cache.loops[1] is None
+    # and row 0 is untouched
+    assert cache.exit_loop[0, :3].tolist() == [1, 2, 1]
+    assert torch.equal(store.row(0, 0)[0][0, :, 0, 0], torch.tensor([1.0]))
+    # and the prefill's own bytes counted toward the peak while it was held
+    assert cache.peak_bytes >= max(peak_before, cache.live_bytes + source.peak_bytes)
+
+
+def test_a_loaded_row_drops_the_loop_entries_of_the_request_before():
+    # given a cache whose row 0 holds loop-2 entries (and no loop-1 store)
+    cache = _small_cache(batch=1, capacity=8)
+    cache.loop(2).set_row(0, _entries(3, 50), _entries(3, 50))
+
+    # when a prefill with no loop entries is loaded
+    cache.load_row(0, _prefill(2))
+
+    # then nothing of the request before is left, and no store is made for nothing
+    assert cache.loops[0] is None
+    assert cache.loop(2).lens == [0]
+    assert cache.entries() == 2
+
+
+def test_a_prompt_may_fill_the_cache_but_not_pass_it():
+    cache = _small_cache(batch=1, capacity=4)
+
+    cache.load_row(0, _prefill(4))
+    assert cache.e_len == [4]
+
+    with pytest.raises(ValueError) as refused:
+        cache.load_row(0, _prefill(5))
+    assert str(refused.value) == "a 5-token prompt does not fit a 4-slot cache"
+
+
+def test_a_request_may_use_the_cache_loops_but_not_more():
+    cache = _small_cache(batch=1, capacity=4)  # 3 loops
+
+    cache.load_row(0, _prefill(2, n_loops=3))
+    with pytest.raises(ValueError) as refused:
+        cache.load_row(0, _prefill(2, n_loops=4))
+    assert str(refused.value) == "a 4-loop request does not fit 3 loops"
+
+
+def test_a_step_table_counts_toward_the_peak_only():
+    cache = _small_cache()
+    live = cache.live_bytes
+
+    cache.note_scratch(1000)
+
+    assert cache.peak_bytes == live + 1000
+    assert cache.live_bytes == live
+
+
+def test_a_full_row_takes_no_more_tokens():
+    cache = _small_cache(batch=1, capacity=4)
+    cache.load_row(0, _prefill(3))
+
+    cache.commit_token(0, loop=2)
+    assert cache.e_len == [4] and cache.exit_loop[0, 3] == 2
+    with pytest.raises(AssertionError, match=r"row 0 is full \(4 slots\)"):
+        cache.commit_token(0, loop=2)
+
+
+def test_loop_len_counts_a_row_entries_at_each_loop_but_the_last():
+    cache = _small_cache(batch=2, capacity=8)
+    cache.load_row(1, _prefill(5, past_loop_1=[0, 3]))
+
+    assert [cache.loop_len(t, 1) for t in (1, 2, 3)] == [2, 0, 0]
+    assert cache.loop_len(1, 0) == 0

@@ -149,3 +149,22 @@ def test_low_precision_gates_are_computed_in_float32(dtype):
     p = exits.stopping_distribution(lam)
     assert p.dtype == torch.float32
     torch.testing.assert_close(p, exits.stopping_distribution(lam.float()), atol=0, rtol=0)
+
+
+def test_step_mass_gives_each_token_its_mass_at_its_own_loop():
+    # given three tokens, the last of them at its last loop
+    lam = torch.tensor([0.2, 0.5, 0.3])
+    remaining = torch.tensor([1.0, 0.8, 0.5])
+    is_last = torch.tensor([False, False, True])
+
+    # when
+    mass, rest = exits.step_mass(lam, remaining, is_last)
+
+    # then a going-on token stops with λ of what remains; the last loop takes it all
+    assert mass.tolist() == pytest.approx([0.2, 0.4, 0.5])
+    assert rest.tolist() == pytest.approx([0.8, 0.4, 0.0])
+
+
+def test_step_mass_at_the_last_loop_leaves_nothing():
+    assert exits.step_mass(0.3, 0.5, is_last=True) == (0.5, 0.0)
+    assert exits.step_mass(0.3, 0.5, is_last=False) == pytest.approx((0.15, 0.35))

@@ -1,56 +1,198 @@
-"""The prefill schedule: chunks in position order, each loop by loop until it stops."""
+"""The decode scheduler on its own: plain Python, no model."""
 
 import pytest
 
-from kernels.scheduler import ChunkStep, PrefillSchedule
+from kernels.rules import QExit, kv_policy
+from kernels.scheduler import Done, RowSettings, Scheduler
 
 
-def run(schedule, going_on):
-    """Every step planned, answering ``going_on(step)`` after each."""
-    steps = []
-    while (step := schedule.plan()) is not None:
-        steps.append(step)
-        schedule.advance(step, going_on(step))
-    return steps
+def settings(n_loops: int = 4, max_new_tokens: int = 3, eos: int | None = None) -> RowSettings:
+    return RowSettings(
+        rule=QExit(0.5),
+        policy=kv_policy("best-available"),
+        n_loops=n_loops,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+    )
 
 
-def test_chunks_run_in_position_order_each_until_no_position_runs_on():
-    # given 7 positions in chunks of 3, where the second chunk stops after loop 2
-    schedule = PrefillSchedule(7, 3, n_loops=4)
+def step(scheduler: Scheduler, stops: dict[int, bool]) -> list[Done]:
+    """One step in which the planned rows stop as ``stops`` says (rows not named go on)."""
+    plan = scheduler.plan()
+    assert plan is not None
+    return scheduler.advance(plan, [stops.get(r, False) for r in plan.rows])
 
-    # when
-    steps = run(schedule, lambda step: step.start != 3 or step.loop < 2)
 
-    # then
-    assert [(s.start, s.stop, s.loop) for s in steps] == [
-        (0, 3, 1),
-        (0, 3, 2),
-        (0, 3, 3),
-        (0, 3, 4),
-        (3, 6, 1),
-        (3, 6, 2),
-        (6, 7, 1),
-        (6, 7, 2),
-        (6, 7, 3),
-        (6, 7, 4),
+def test_rows_are_free_until_a_request_takes_one():
+    scheduler = Scheduler(max_rows=3)
+    assert scheduler.free_row() == 0
+    assert not scheduler.busy
+    assert scheduler.plan() is None
+
+    scheduler.start(0, "a", settings(), token=7, position=5)
+    scheduler.start(2, "c", settings(), token=8, position=2)
+
+    assert scheduler.free_row() == 1
+    assert scheduler.busy
+    assert scheduler.row_of("c") == 2
+    assert scheduler.row_of("a") == 0
+    assert scheduler.row_of("b") is None
+
+
+def test_a_full_scheduler_has_no_free_row():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=1, position=0)
+    scheduler.start(1, "b", settings(), token=1, position=0)
+
+    assert scheduler.free_row() is None
+
+
+def test_a_held_row_cannot_be_taken():
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(), token=1, position=0)
+
+    with pytest.raises(ValueError, match="row 0 is serving request 'a'"):
+        scheduler.start(0, "b", settings(), token=1, position=0)
+    assert scheduler.row_of("a") == 0
+
+
+def test_cancel_frees_the_row_of_that_request_only():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=1, position=0)
+    scheduler.start(1, "b", settings(), token=1, position=0)
+
+    assert scheduler.cancel("b") == 1
+    assert scheduler.cancel("b") is None
+    assert scheduler.rows[1] is None
+    assert scheduler.row_of("a") == 0
+    assert scheduler.free_row() == 1
+
+
+def test_a_plan_names_each_row_at_its_own_loop_with_its_cap_and_position():
+    # given two requests, the second joining after the first computed one loop
+    scheduler = Scheduler(max_rows=3)
+    first, second = settings(n_loops=4), settings(n_loops=2)
+    scheduler.start(2, "a", first, token=5, position=9)
+    step(scheduler, {})
+    scheduler.start(0, "b", second, token=6, position=3)
+
+    plan = scheduler.plan()
+
+    assert plan is not None
+    assert plan.rows == [0, 2]
+    assert plan.loops == [1, 2]
+    assert plan.caps == [2, 4]
+    assert plan.positions == [3, 9]
+    assert plan.settings == [second, first]
+
+
+def test_a_going_on_token_moves_to_its_next_loop():
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(), token=5, position=0)
+
+    assert step(scheduler, {}) == []
+    assert step(scheduler, {}) == []
+
+    plan = scheduler.plan()
+    assert plan is not None and plan.loops == [3]
+    assert scheduler.advance(plan, [True]) == [
+        Done(row=0, key="a", position=0, token=5, loops_computed=3, finished=False)
     ]
 
 
-def test_a_chunk_never_runs_past_the_loop_cap_and_one_chunk_covers_a_short_prompt():
-    steps = run(PrefillSchedule(4, 10, n_loops=2), lambda step: True)
+def test_a_stopped_token_waits_for_the_next_one_and_is_not_planned():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=5, position=4)
+    scheduler.start(1, "b", settings(), token=6, position=1)
 
-    assert steps == [ChunkStep(0, 4, 1), ChunkStep(0, 4, 2)]
+    (done,) = step(scheduler, {0: True})
+
+    assert done == Done(row=0, key="a", position=4, token=5, loops_computed=1, finished=False)
+    assert scheduler.row_of("a") == 0  # the row is kept for its next token
+    plan = scheduler.plan()
+    assert plan is not None and plan.rows == [1]
 
 
-def test_a_chunk_of_one_position_steps_through_the_prompt_a_token_at_a_time():
-    steps = run(PrefillSchedule(3, 1, n_loops=3), lambda step: False)
+def test_the_next_token_starts_at_loop_one_at_the_next_position():
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(max_new_tokens=5), token=5, position=4)
+    step(scheduler, {})
+    step(scheduler, {0: True})
 
-    assert steps == [ChunkStep(0, 1, 1), ChunkStep(1, 2, 1), ChunkStep(2, 3, 1)]
+    scheduler.next_token(0, 11)
+
+    plan = scheduler.plan()
+    assert plan is not None
+    assert (plan.rows, plan.loops, plan.positions) == ([0], [1], [5])
+    (done,) = step(scheduler, {0: True})
+    assert done == Done(row=0, key="a", position=5, token=11, loops_computed=1, finished=False)
 
 
-def test_an_empty_chunk_is_refused_and_steps_run_in_the_planned_order():
-    with pytest.raises(ValueError, match="at least one position"):
-        PrefillSchedule(3, 0, n_loops=2)
-    schedule = PrefillSchedule(3, 2, n_loops=2)
-    with pytest.raises(AssertionError):
-        schedule.advance(ChunkStep(2, 3, 1), True)
+def test_only_a_waiting_row_takes_a_next_token():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=5, position=0)
+
+    with pytest.raises(AssertionError, match="row 0 is not waiting"):
+        scheduler.next_token(0, 6)
+    with pytest.raises(AssertionError, match="row 1 is not waiting"):
+        scheduler.next_token(1, 6)
+
+
+def test_a_request_finishes_when_its_token_budget_is_spent():
+    # given a request of three tokens (its first sampled token counts)
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(max_new_tokens=3), token=1, position=0)
+    finished = []
+    for token in (2, 3):
+        (done,) = step(scheduler, {0: True})
+        finished.append(done.finished)
+        scheduler.next_token(0, token)
+
+    (last,) = step(scheduler, {0: True})
+
+    assert finished == [False, False]
+    assert last == Done(row=0, key="a", position=2, token=3, loops_computed=1, finished=True)
+    assert scheduler.rows[0] is None
+    assert not scheduler.busy
+
+
+def test_a_one_token_request_finishes_with_its_first_token():
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(max_new_tokens=1), token=1, position=0)
+
+    (done,) = step(scheduler, {0: True})
+
+    assert done.finished
+    assert scheduler.free_row() == 0
+
+
+def test_a_request_finishes_at_its_end_token():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(max_new_tokens=9, eos=0), token=0, position=0)
+    scheduler.start(1, "b", settings(max_new_tokens=9, eos=0), token=4, position=0)
+
+    done = step(scheduler, {0: True, 1: True})
+
+    assert [d.finished for d in done] == [True, False]
+    assert scheduler.rows[0] is None
+    assert scheduler.row_of("b") == 1
+
+
+def test_no_end_token_finishes_only_by_budget():
+    scheduler = Scheduler(max_rows=1)
+    scheduler.start(0, "a", settings(max_new_tokens=9, eos=None), token=0, position=0)
+
+    (done,) = step(scheduler, {0: True})
+
+    assert not done.finished
+
+
+def test_advance_takes_one_stop_per_planned_row():
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=1, position=0)
+    scheduler.start(1, "b", settings(), token=1, position=0)
+    plan = scheduler.plan()
+    assert plan is not None
+
+    with pytest.raises(ValueError):
+        scheduler.advance(plan, [True])

@@ -2,6 +2,7 @@ import pytest
 from django.db import IntegrityError
 
 from playground.models import Run, RunToken
+from tests.playground.conftest import make_event
 
 
 def test_a_run_reads_as_its_model_status_and_prompt(run_factory):
@@ -61,3 +62,27 @@ def test_a_position_is_stored_once_per_run(run_factory):
             loops_computed=1,
             data={},
         )
+
+
+def test_a_run_shows_a_prompt_of_forty_characters_whole_and_cuts_a_longer_one(run_factory):
+    # given
+    whole, cut = run_factory(prompt="y" * 40), run_factory(prompt="z" * 41)
+
+    # then
+    assert str(whole) == f"ouro-tiny run {str(whole.id)[:8]} (queued): '{'y' * 40}'"
+    assert str(cut) == f"ouro-tiny run {str(cut.id)[:8]} (queued): '{'z' * 39}…'"
+
+
+def test_a_token_row_is_made_from_its_event(run_factory):
+    # given
+    run = run_factory()
+    event = make_event(7, phase="prompt", exit_loop=3)
+
+    # when
+    token = RunToken.from_event(run, event)
+
+    # then
+    assert token.pk is None
+    assert (token.run, token.position, token.phase) == (run, 7, "prompt")
+    assert (token.token_id, token.text) == (event["token_id"], event["text"])
+    assert (token.exit_loop, token.loops_computed, token.data) == (3, 3, event)

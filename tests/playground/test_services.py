@@ -1,14 +1,18 @@
+import json
 from datetime import timedelta
 from unittest import mock
 
 import pytest
+import redis
 from django.core.exceptions import ValidationError
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
-from playground import recording, services
+from playground import recording, services, streams
 from playground.models import Run, RunToken
 from playground.recording import event_storable
-from tests.playground.conftest import PROMPT
+from playground.visitors import secret_hash
+from tests.playground.conftest import PROMPT, TINY
 from tests.playground.stack import token_view
 from workers import execution
 
@@ -491,3 +495,331 @@ def test_the_submit_vocabularies_are_the_engines():
     assert set(CHOICES["kv_policy"]) == set(POLICIES)
     for name in CHOICES["exit_rule"]:  # each name the web accepts builds that engine rule
         assert GenerationParams(exit_rule=name, fixed_loops=2).rule().name == name
+
+
+# -- the broker, stopping, the end event
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("error", [OperationalError("connection refused"), OSError("no route")])
+def test_an_unreachable_broker_fails_the_run_with_the_reason(error):
+    # given
+    run = Run.objects.create(prompt=PROMPT, model="ouro-tiny")
+    from workers.celery import app
+
+    # when
+    with (
+        mock.patch.object(app, "send_task", side_effect=error),
+        pytest.raises(services.BrokerUnavailable) as raised,
+    ):
+        services.run_enqueue(run=run)
+
+    # then
+    assert str(raised.value) == (
+        "The playground cannot start runs right now: its run queue is unreachable. "
+        "Nothing was queued; try again in a minute."
+    )
+    assert raised.value.__cause__ is error
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == f"the run queue (broker) could not be reached: {error}"
+
+
+def test_cancel_asks_only_that_run_to_stop(run_factory):
+    # given
+    queued, other_queued = run_factory(), run_factory()
+    running = run_factory(status="running", heartbeat_at=timezone.now())
+    other_running = run_factory(status="running", heartbeat_at=timezone.now())
+
+    # when
+    services.run_cancel(run=queued)
+    services.run_cancel(run=running)
+
+    # then the queued one is cancelled at once, the running one asked to stop
+    for run in (queued, running, other_queued, other_running):
+        run.refresh_from_db()
+    assert (queued.status, queued.cancel_requested) == ("cancelled", True)
+    assert queued.finished_at is not None
+    assert (running.status, running.cancel_requested) == ("running", True)
+    assert (other_queued.status, other_queued.cancel_requested) == ("queued", False)
+    assert (other_running.status, other_running.cancel_requested) == ("running", False)
+
+
+@pytest.mark.services
+def test_a_run_cancelled_while_queued_ends_its_stream(run_factory, settings, redis_url):
+    # given
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    streams.stream_reset_client()
+    run = run_factory()
+
+    # when
+    try:
+        services.run_cancel(run=run)
+    finally:
+        streams.stream_reset_client()
+
+    # then
+    ((entry_id, fields),) = stream_entries(client, run)
+    assert entry_id == streams.end_entry_id(-1).encode()
+    assert fields[b"event"] == b"done"
+    assert json.loads(fields[b"data"])["status"] == "cancelled"
+
+
+def stream_entries(client, run):
+    return client.xrange(streams.stream_key(run.id))
+
+
+def test_only_the_owner_secret_stops_a_run(run_factory):
+    # given a run created with a secret, and one created without
+    run = run_factory(owner_hash=secret_hash("s3cret"))
+    unowned = run_factory()
+
+    # then anyone else is refused, saying how stopping works
+    empty = run_factory(owner_hash=secret_hash(""))  # an empty secret never owns a run
+    candidates = [(run, "wrong"), (run, ""), (unowned, ""), (unowned, "s3cret"), (empty, "")]
+    for candidate, secret in candidates:
+        with pytest.raises(services.NotOwner) as refused:
+            services.run_stop(run=candidate, secret=secret)
+        assert str(refused.value) == (
+            "Only the visitor who started this run can stop it: from the page, the same "
+            "browser session; from the API, the cancel_token returned when it was created "
+            "(header X-Cancel-Token)."
+        )
+    assert services.run_owned(run=run, secret="s3cret")
+    assert not services.run_owned(run=unowned, secret="")
+    run.refresh_from_db()
+    assert run.status == "queued" and not run.cancel_requested
+
+    # and the owner stops it
+    assert services.run_stop(run=run, secret="s3cret").status == "cancelled"
+
+
+@pytest.mark.parametrize("status", ["done", "cancelled"])
+def test_a_finished_run_ends_its_stream_with_done_and_its_stats(run_factory, status):
+    run = run_factory(status=status, stats={"tokens": 3}, error="")
+
+    assert services.run_end_event(run) == (
+        "done",
+        {"status": status, "stats": {"tokens": 3}, "error": ""},
+    )
+
+
+def test_a_failed_run_ends_its_stream_with_an_error(run_factory):
+    run = run_factory(status="failed", stats={"tokens": 3}, error="the worker died")
+
+    assert services.run_end_event(run) == (
+        "error",
+        {"status": "failed", "error": "the worker died"},
+    )
+
+
+def test_a_restarted_worker_fails_only_its_running_runs(run_factory):
+    # given the worker's running run, and its queued and finished ones
+    running = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
+    queued = run_factory(worker="w@a")
+    done = run_factory(status="done", worker="w@a")
+
+    # when
+    failed = services.run_fail_orphans(worker="w@a")
+
+    # then
+    assert failed == [running.id]
+    for run in (running, queued, done):
+        run.refresh_from_db()
+    assert running.error == "the worker running it (w@a) was restarted mid-run"
+    assert (queued.status, done.status) == ("queued", "done")
+
+
+def test_a_restarted_worker_leaves_a_run_another_worker_took_meanwhile(run_factory):
+    # given a run the restarted worker held, taken over before it is failed
+    run = run_factory(status="running", heartbeat_at=timezone.now(), worker="w@a")
+    fail = services.run_fail
+
+    def taken_over_then_fail(**kwargs):
+        Run.objects.filter(pk=run.pk).update(worker="w@b")
+        return fail(**kwargs)
+
+    # when
+    with mock.patch.object(services, "run_fail", taken_over_then_fail):
+        failed = services.run_fail_orphans(worker="w@a")
+
+    # then
+    assert failed == []
+    run.refresh_from_db()
+    assert (run.status, run.worker) == ("running", "w@b")
+
+
+def test_each_stale_run_is_failed_naming_its_own_worker(settings, run_factory, caplog):
+    # given two running runs whose workers went quiet, one of them unnamed
+    beat = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S * 2)
+    named = run_factory(status="running", heartbeat_at=beat, worker="w@a")
+    unnamed = run_factory(status="running", heartbeat_at=beat, worker="")
+
+    # when
+    with caplog.at_level("WARNING", logger="playground.services"):
+        failed = services.run_fail_stale()
+
+    # then
+    assert sorted(failed) == sorted([named.id, unnamed.id])
+    named.refresh_from_db(), unnamed.refresh_from_db()
+    limit = settings.PLAYGROUND_STALE_AFTER_S
+    for run, worker in [(named, "w@a"), (unnamed, "unknown")]:
+        assert run.error == (
+            f"the worker running it ({worker}) stopped responding for over {limit} s; "
+            "it was lost mid-run"
+        )
+        assert run.finished_at is not None
+        assert f"run {run.id} failed: {run.error}" in caplog.messages
+
+
+def test_a_queued_run_no_worker_took_is_failed_saying_so(settings, run_factory):
+    run = run_factory()
+    waited = timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - waited)
+
+    services.run_fail_stale()
+
+    run.refresh_from_db()
+    assert run.error == (
+        f"no worker took it within {settings.PLAYGROUND_QUEUED_TIMEOUT_S} s "
+        "(is a worker running on queue gpu?)"
+    )
+
+
+def test_staleness_is_judged_at_the_time_given(settings, run_factory):
+    # given a run that beat just now, and a time past its staleness limit
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+    later = timezone.now() + timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
+
+    # then it is stale then, not now
+    assert services.run_fail_stale() == []
+    assert services.run_fail_stale(now=later) == [run.id]
+
+
+@pytest.mark.services
+def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redis_url):
+    # given
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    streams.stream_reset_client()
+    run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
+
+    # when
+    try:
+        assert services.run_fail(run_id=run.id, reason="the GPU fell off")
+    finally:
+        streams.stream_reset_client()
+
+    # then the end entry comes after its last stored position
+    ((entry_id, fields),) = stream_entries(client, run)
+    assert entry_id == streams.end_entry_id(2).encode()
+    assert fields[b"event"] == b"error"
+    assert json.loads(fields[b"data"]) == {"status": "failed", "error": "the GPU fell off"}
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        ({"prompt": "  "}, {"prompt": ["must not be blank"]}),
+        ({"prompt": "a\x00b"}, {"prompt": ["must not contain NUL characters"]}),
+        ({"prompt": "ab", "q": 0}, {"q": ["must lie in (0, 1]"]}),
+    ],
+)
+def test_each_refusal_says_what_is_wrong(values, errors):
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(**values)
+
+    assert caught.value.message_dict == errors
+
+
+def test_a_prompt_of_the_most_characters_is_not_too_long():
+    # the tiny model's 512 positions refuse it by tokens, not by characters
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt="x" * services.MAX_PROMPT_CHARS)
+
+    assert caught.value.message_dict["prompt"] == [
+        "2000 tokens + max_new_tokens 64 exceed the 512 positions of ouro-tiny"
+    ]
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt="x" * (services.MAX_PROMPT_CHARS + 1))
+    assert "at most 2000 characters" in caught.value.message_dict["prompt"]
+
+
+@pytest.mark.parametrize(
+    ("models", "configured"),
+    [({"tiny": TINY, "other": TINY}, "tiny, other"), ({}, "none")],
+)
+def test_an_unknown_model_is_refused_naming_the_configured_ones(settings, models, configured):
+    settings.PLAYGROUND_MODELS = models
+
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt=PROMPT, model="nope")
+
+    assert caught.value.message_dict == {
+        "model": [f"no model named 'nope'; configured: {configured}"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        (
+            {"loops": 5},
+            {
+                "loops": [
+                    "ouro-tiny was trained with 4 loops; going beyond needs extrapolate (up to 8)"
+                ]
+            },
+        ),
+        ({"loops": 9, "extrapolate": True}, {"loops": ["at most 8 (2 × T)"]}),
+        ({"exit_rule": "fixed", "fixed_loops": 9}, {"fixed_loops": ["at most 8"]}),
+    ],
+)
+def test_loops_past_what_the_model_allows_are_refused_saying_its_bounds(values, errors):
+    with pytest.raises(ValidationError) as caught:
+        services.run_params_clean(prompt=PROMPT, **values)
+
+    assert caught.value.message_dict == errors
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"loops": 4},  # the trained T
+        {"loops": 8, "extrapolate": True},  # 2 × T
+        {"exit_rule": "fixed", "fixed_loops": 8},
+        {"max_new_tokens": 64},  # with a prompt of 512 − 64 tokens: every position used
+    ],
+)
+def test_the_model_bounds_themselves_are_allowed(values):
+    prompt = "x" * (512 - 64) if "max_new_tokens" in values else PROMPT
+
+    info, params = services.run_params_clean(prompt=prompt, **values)
+
+    assert info.name == "ouro-tiny"
+    assert params | values == params
+
+
+def test_a_stale_queued_run_claimed_meanwhile_is_not_failed_as_never_taken(settings, run_factory):
+    # given a queued run past its wait, claimed by a worker as the sweep reaches it
+    run = run_factory()
+    waited = timedelta(seconds=settings.PLAYGROUND_QUEUED_TIMEOUT_S + 1)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - waited)
+    beat = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S * 2)
+    fail = services._fail
+
+    def claimed_then_fail(runs, **kwargs):
+        Run.objects.filter(pk=run.pk).update(status="running", heartbeat_at=beat, worker="w")
+        return fail(runs, **kwargs)
+
+    # when
+    with mock.patch.object(services, "_fail", claimed_then_fail):
+        failed = services.run_fail_stale()
+
+    # then it is left to a later sweep, which judges it as the running run it now is
+    assert failed == []
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("running", "")
