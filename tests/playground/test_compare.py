@@ -319,3 +319,22 @@ def test_compare_with_a_free_choice_changes_what_was_chosen(
     (sibling,) = Run.objects.filter(compare_of=origin)
     own = sibling_params(origin, {})
     assert {k: v for k, v in sibling.params.items() if own[k] != v} == {"kv_policy": "select"}
+
+
+@pytest.mark.django_db
+def test_the_compare_view_marks_the_divergence_and_refreshes_its_comparison_alone(
+    client, run_factory
+) -> None:
+    # given two runs whose generated tokens differ from position 3
+    events = [_event(p, 100 + p, 2, [[101 + p, "x", 0.5]]) for p in range(5)]
+    other = [dict(event, token_id=120) if event["position"] >= 3 else event for event in events]
+    ids = _ids([_stored(run_factory(), events), _stored(run_factory(), other)])
+    # when the page's module asks for the comparison while the runs stream (htmx region)
+    page = client.get(f"/playground/compare/?runs={ids}").content.decode()
+    region = client.get(f"/playground/compare/?runs={ids}", HTTP_HX_REQUEST="true")
+    # then the page says where they diverge, and the region is the comparison only
+    assert 'data-position="3"' in page and "The runs diverge at position 3" in page
+    assert page.count('class="divergence"') >= 2  # the position's header and its text cell
+    html = region.content.decode()
+    assert html.lstrip().startswith('<div id="comparison"') and 'data-live="true"' in html
+    assert "data-heatmap" not in html
