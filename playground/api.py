@@ -53,7 +53,13 @@ from playground import selectors, services
 from playground.checkpoints import model_catalog
 from playground.comparison import COMPARE_MAX, CompareError, runs_compare
 from playground.models import Run
-from playground.serializers import RunCreatedSerializer, RunCreateSerializer, RunSerializer
+from playground.serializers import (
+    RunCreatedSerializer,
+    RunCreateSerializer,
+    RunSerializer,
+    comparison_data,
+    comparison_rows,
+)
 from playground.throttles import RunSubmitThrottle
 from playground.visitors import secret_new, session_secret, visitor_address
 
@@ -236,7 +242,7 @@ class RunCompareViewSet(viewsets.GenericViewSet):
             raise ValidationError({"runs": [str(exc)]}) from exc
         if request.accepted_renderer.format == "csv":
             return Response(
-                list(comparison.csv_rows()),
+                list(comparison_rows(comparison)),
                 headers={"Content-Disposition": 'attachment; filename="runs-compare.csv"'},
             )
-        return Response(comparison.to_dict())
+        return Response(comparison_data(comparison))

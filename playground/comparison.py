@@ -10,14 +10,15 @@ log-likelihood difference is over positions whose next token is the same in both
 from the stored top-k of each exit loop (a position whose next token is outside either
 top-k is left out, and the count says how many were used).
 
-Used by the compare page (``views.run_compare``) and ``GET /api/v1/runs/compare/``.
+Used by the compare page (``views.run_compare``) and ``GET /api/v1/runs/compare/``
+(whose JSON and CSV shapes are in ``serializers``).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,19 +36,6 @@ STAT_ROWS = (
     ("ttft", "Time to first token"),
     ("peak_kv", "Peak KV cache"),
 )
-CSV_HEADER = [
-    "position",
-    "run",
-    "label",
-    "phase",
-    "token_id",
-    "text",
-    "exit_loop",
-    "loops_computed",
-    "same_token",
-    "compared",
-    "exit_loop_vs_deepest",
-]
 
 
 class CompareError(ValueError):
@@ -200,66 +188,6 @@ class Comparison:
             figures.append(figure)
         return figures
 
-    def to_dict(self) -> dict[str, Any]:
-        first = self.runs[0].run
-        return {
-            "prompt": first.prompt,
-            "model": first.model,
-            "divergence": self.divergence,
-            "deepest": self.runs[self.deepest].view.id,
-            "runs": [_run_dict(item) for item in self.runs],
-            "positions": [
-                {
-                    "position": position.position,
-                    "phase": position.phase,
-                    "same_token": position.same_token,
-                    "compared": position.compared,
-                    "difference": position.difference,
-                    "runs": [
-                        None
-                        if token is None
-                        else {
-                            "token_id": token["token_id"],
-                            "text": token["text"],
-                            "exit_loop": token["exit_loop"],
-                            "vs_deepest": vs_deepest,
-                        }
-                        for token, vs_deepest in zip(
-                            position.tokens, position.vs_deepest, strict=True
-                        )
-                    ],
-                }
-                for position in self.positions
-            ],
-            "stats": [
-                {"key": row.key, "label": row.label, "values": row.values, "differs": row.differs}
-                for row in self.stats
-            ],
-        }
-
-    def csv_rows(self) -> Iterator[list[Any]]:
-        """A header, then one row per position and run."""
-        yield CSV_HEADER
-        for position in self.positions:
-            for item, token, vs_deepest in zip(
-                self.runs, position.tokens, position.vs_deepest, strict=True
-            ):
-                if token is None:
-                    continue
-                yield [
-                    position.position,
-                    item.view.id,
-                    item.label,
-                    token["phase"],
-                    token["token_id"],
-                    token["text"],
-                    token["exit_loop"],
-                    token["loops_computed"],
-                    position.same_token,
-                    position.compared,
-                    "" if vs_deepest is None else vs_deepest,
-                ]
-
 
 def _row(key: str, label: str, values: list[str]) -> StatRow:
     return StatRow(key, label, values, len(set(values)) > 1)
@@ -281,31 +209,6 @@ def _loglik_display(agreement: Agreement | None) -> str:
     return (
         f"{agreement.loglik_difference:+.4f} nats/token over {agreement.loglik_positions} positions"
     )
-
-
-def _run_dict(item: Compared) -> dict[str, Any]:
-    state = item.view.state
-    agreement = item.agreement
-    return {
-        "id": item.view.id,
-        "label": item.label,
-        "status": item.run.status,
-        "url": state["url"],
-        "api_url": state["api_url"],
-        "events_url": state["events_url"],
-        "params": item.run.params,
-        "settings": item.view.params_summary,
-        "stats": item.run.stats,
-        "average_exit_loop": item.average_exit,
-        "agreement": None
-        if agreement is None
-        else {
-            "top1": agreement.top1,
-            "top1_positions": agreement.top1_positions,
-            "loglik_difference": agreement.loglik_difference,
-            "loglik_positions": agreement.loglik_positions,
-        },
-    }
 
 
 def compare_ids(raw: str) -> list[uuid.UUID]:

@@ -1,4 +1,5 @@
-"""Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript.
+"""Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript,
+"Compare with…" and the compare view of up to three runs, and the Frontier view.
 
 Each view validates its input, calls one selector or service and renders. The prompt
 form posts here (htmx or a plain POST); its parameters go through the same serializer and
@@ -31,6 +32,7 @@ from playground.visitors import session_secret, visitor_of_session
 TEMPLATE = "playground/playground.html"
 COMPARE_TEMPLATE = "playground/compare.html"
 RECENT_RUNS = 10
+LISTED_RUNS = 50
 # The form's settings a run's page or a query string may fill in.
 SETTING_FIELDS = (
     "exit_rule",
@@ -43,7 +45,6 @@ SETTING_FIELDS = (
     "max_new_tokens",
     "seed",
 )
-LISTED_RUNS = 50
 
 
 @require_http_methods(["GET", "POST"])
