@@ -18,6 +18,7 @@ class RunAdmin(admin.ModelAdmin):
     list_filter = ("status", "model")
     search_fields = ("prompt", "id")
     readonly_fields = ("id", "created_at", "started_at", "finished_at", "heartbeat_at")
+    raw_id_fields = ("compare_of",)  # a select of every run would not scale
     inlines = [RunTokenInline]
 
     @admin.display(description="prompt")

@@ -12,6 +12,10 @@
   the ``X-Cancel-Token`` header, or the page session that started it); the
   run stops between tokens, ``cancelled``. Anyone else: 403.
 - ``GET /api/v1/runs/models/``: the configured checkpoints (T, availability).
+- ``GET /api/v1/runs/compare/?runs=a,b,c``: one to three runs of one prompt and model
+  side by side (``playground.comparison``), as JSON or, with ``?format=csv``, one CSV row
+  per position and run; 400 naming the problem (a bad or unknown id, more than three
+  runs, different prompts or models).
 
 The live events are not here but at ``/runs/<id>/events`` (``playground.events``).
 """
@@ -22,7 +26,13 @@ from typing import NoReturn
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import (
@@ -41,11 +51,19 @@ from loopatlas.api.conventions import StrictFilterBackend
 from loopatlas.middleware import RETRY_AFTER_S
 from playground import selectors, services
 from playground.checkpoints import model_catalog
+from playground.comparison import COMPARE_MAX, CompareError, runs_compare
 from playground.models import Run
-from playground.serializers import RunCreatedSerializer, RunCreateSerializer, RunSerializer
+from playground.serializers import (
+    RunCreatedSerializer,
+    RunCreateSerializer,
+    RunSerializer,
+    comparison_data,
+    comparison_rows,
+)
 from playground.throttles import RunSubmitThrottle
 from playground.visitors import secret_new, session_secret, visitor_address
 
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 ERRORS = {
     400: OpenApiResponse(description="Invalid parameters; the body names them."),
     404: OpenApiResponse(description="No such run or page."),
@@ -90,9 +108,7 @@ class RunViewSet(
     serializer_class = RunSerializer
     filter_backends = [StrictFilterBackend]
     lookup_field = "id"
-    lookup_value_regex = (
-        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    )
+    lookup_value_regex = UUID_PATTERN
 
     def get_throttles(self) -> list[BaseThrottle]:
         return [RunSubmitThrottle()] if self.action == "create" else []
@@ -182,3 +198,51 @@ class RunViewSet(
     @action(detail=False, methods=["get"], pagination_class=None)
     def models(self, request: Request) -> Response:
         return Response([model.to_dict() for model in model_catalog()])
+
+
+class RunCompareViewSet(viewsets.GenericViewSet):
+    """One to three runs of one prompt and model side by side: the first position where
+    their tokens diverge, each run's exit loop per position and the difference, and their
+    stats with the rows that differ named."""
+
+    queryset = Run.objects.none()
+    pagination_class = None
+    filter_backends = [StrictFilterBackend]
+    extra_query_params = ("runs",)
+    renderer_classes = [JSONRenderer, TokensCSVRenderer]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "runs",
+                OpenApiTypes.STR,
+                required=True,
+                pattern=f"^{UUID_PATTERN}(,{UUID_PATTERN}){{0,{COMPARE_MAX - 1}}}$",
+                description=f"1–{COMPARE_MAX} comma-separated run ids, of one prompt and model.",
+            )
+        ],
+        responses={
+            (200, "application/json"): OpenApiResponse(
+                OpenApiTypes.OBJECT, description="The comparison."
+            ),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR, description="One row per position and run."
+            ),
+            400: OpenApiResponse(
+                description="A bad or unknown id, more than three runs, or runs of "
+                "different prompts or models; the body names it."
+            ),
+        },
+    )
+    def list(self, request: Request) -> Response:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        try:
+            comparison = runs_compare(raw=request.query_params.get("runs", ""))
+        except CompareError as exc:
+            raise ValidationError({"runs": [str(exc)]}) from exc
+        if request.accepted_renderer.format == "csv":
+            return Response(
+                list(comparison_rows(comparison)),
+                headers={"Content-Disposition": 'attachment; filename="runs-compare.csv"'},
+            )
+        return Response(comparison_data(comparison))

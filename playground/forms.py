@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from kernels.params import BOUNDS, CHOICES, RunParams
 from playground.checkpoints import ModelInfo, model_catalog
 from playground.services import MAX_PROMPT_CHARS
+from playground.siblings import PRESETS, preset_variants, run_settings
 
 LABELS = {
     "q-exit": "Q-exit (cumulative exit probability ≥ q)",
@@ -91,6 +92,20 @@ class RunForm(forms.Form):
         help_text="Exit at the first loop whose cumulative exit probability reaches q; "
         "1 = full depth.",
     )
+    kl_threshold = _bounded(
+        forms.FloatField,
+        "kl_threshold",
+        label="Convergence threshold (KL, nats)",
+        required=False,
+        help_text="Exit once the prediction changes by less than this between loops.",
+    )
+    act_eps = _bounded(
+        forms.FloatField,
+        "act_eps",
+        label="ACT ε",
+        required=False,
+        help_text="Exit once the gates λ sum to 1 − ε.",
+    )
     loops = _bounded(forms.IntegerField, "loops", label="Loops T", required=False)
     extrapolate = forms.BooleanField(
         label="Extrapolate beyond the trained depth", required=False, initial=False
@@ -133,6 +148,8 @@ class RunForm(forms.Form):
                 self.fields[key].initial = value
         self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
         self.fields["q"].widget.attrs["step"] = "0.01"
+        self.fields["kl_threshold"].widget.attrs["step"] = "any"
+        self.fields["act_eps"].widget.attrs["step"] = "any"
         self.fields["temperature"].widget.attrs["step"] = "0.05"
         self.fields["top_p"].widget.attrs["step"] = "0.01"
 
@@ -174,6 +191,9 @@ class RunForm(forms.Form):
             "model": data["model"],
             "exit_rule": data["exit_rule"],
             "q": data["q"],
+            # left empty: the rule's default
+            "kl_threshold": _or_default(data, "kl_threshold"),
+            "act_eps": _or_default(data, "act_eps"),
             "loops": data["loops"],
             "fixed_loops": (data["loops"] or (model.loops if model else None)) if fixed else None,
             "extrapolate": data["extrapolate"],
@@ -183,3 +203,70 @@ class RunForm(forms.Form):
             "top_p": data["top_p"] if sample else 1.0,
             "seed": data["seed"],
         }
+
+
+def _or_default(data: dict[str, Any], name: str) -> Any:
+    value = data.get(name)
+    return getattr(DEFAULTS, name) if value is None else value
+
+
+CUSTOM = "custom"
+
+
+class CompareForm(forms.Form):
+    """“Compare with…” on a run page: a preset of three settings, or one or two free ones.
+
+    A free sibling starts from the run's own exit rule, q and KV policy (``initial``); a
+    second is added only when asked for. ``variants`` gives what each sibling changes.
+    """
+
+    preset = forms.ChoiceField(
+        choices=[(name, label) for name, (label, _) in PRESETS.items()]
+        + [(CUSTOM, "free choice (below)")],
+        initial="q",
+        widget=forms.RadioSelect,
+        label="Compare with",
+    )
+    first_exit_rule = forms.ChoiceField(
+        label="Run B exit rule", choices=_choices("exit_rule"), required=False
+    )
+    first_q = _bounded(forms.FloatField, "q", label="Run B q", required=False)
+    first_kv_policy = forms.ChoiceField(
+        label="Run B KV policy", choices=_choices("kv_policy"), required=False
+    )
+    second = forms.BooleanField(label="Add a run C", required=False)
+    second_exit_rule = forms.ChoiceField(
+        label="Run C exit rule", choices=_choices("exit_rule"), required=False
+    )
+    second_q = _bounded(forms.FloatField, "q", label="Run C q", required=False)
+    second_kv_policy = forms.ChoiceField(
+        label="Run C KV policy", choices=_choices("kv_policy"), required=False
+    )
+
+    @classmethod
+    def for_run(cls, run: Any, data: Any = None) -> "CompareForm":
+        """The form of ``run``'s page: free choices start from the run's own settings."""
+        own = run_settings(run)
+        initial = {
+            f"{which}_{name}": own[name]
+            for which in ("first", "second")
+            for name in ("exit_rule", "q", "kv_policy")
+        }
+        return cls(data, initial=initial, prefix="compare")
+
+    def variants(self, run: Any) -> list[dict[str, Any]]:
+        """What each sibling changes of ``run``'s settings (valid forms only)."""
+        data = self.cleaned_data
+        if data["preset"] != CUSTOM:
+            return preset_variants(run, data["preset"])
+        own = run_settings(run)
+        chosen = ("first", "second") if data["second"] else ("first",)
+        return [
+            {
+                name: data[f"{which}_{name}"]
+                if data[f"{which}_{name}"] not in (None, "")
+                else own[name]
+                for name in ("exit_rule", "q", "kv_policy")
+            }
+            for which in chosen
+        ]

@@ -10,7 +10,9 @@ The contract shared by the API, the SSE stream and the page:
   worker while it runs; a stale one means the worker died), ``worker`` (its hostname),
   ``stats`` (the engine's ``stream.summary``), ``visitor`` (who submitted it, for the
   per-visitor limits) and ``owner_hash`` (the hash of what stopping it needs: the
-  creator's session secret or the API's cancel token; never shown).
+  creator's session secret or the API's cancel token; never shown) and ``compare_of``
+  (set on a sibling started by "Compare with…": the run it is compared with; a group of
+  siblings holds one of its visitor's active-run slots, see ``services.run_compare_submit``).
 - ``RunToken``: one per position, prompt then generated, unique per ``(run, position)``:
   ``phase``, ``token_id``, ``text``, ``exit_loop``, ``loops_computed`` and ``data``, the
   full ``TokenEvent.to_dict()`` (per-loop λ, p, cumulative, KL, top-k; work counters).
@@ -52,6 +54,9 @@ class Run(models.Model):
     stats = models.JSONField(default=dict, blank=True)
     visitor = models.CharField(max_length=100, blank=True)  # playground.visitors
     owner_hash = models.CharField(max_length=64, blank=True)  # sha256 of the stop secret
+    compare_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="siblings"
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from playground import charts
 from playground.checkpoints import default_model_name, model_get
+from playground.forms import CompareForm
 from playground.models import Run, RunToken
 
 STATUS_LABELS = {
@@ -72,6 +73,10 @@ class RunView:
     @property
     def stop_url(self) -> str:
         return reverse("playground:run-stop", kwargs={"run_id": self.run.id})
+
+    @property
+    def compare_url(self) -> str:
+        return reverse("playground:run-compare-start", kwargs={"run_id": self.run.id})
 
     @property
     def tokens_url(self) -> str:
@@ -147,6 +152,7 @@ def run_context(view: RunView | None) -> dict[str, Any]:
         "tokens": [token_cell(event, view.loops) for event in view.tokens],
         "tokens_data": view.tokens,
         "stats": stats_display(view),
+        "compare_form": CompareForm.for_run(view.run),
     }
 
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from playground.models import Run, RunToken
@@ -26,6 +27,22 @@ def run_active_count(*, visitor: str = "") -> int:
     """Runs queued or running (of ``visitor`` when given): what the limits count."""
     runs = Run.objects.filter(status__in=Run.ACTIVE)
     return runs.filter(visitor=visitor).count() if visitor else runs.count()
+
+
+def run_active_slots(*, visitor: str, joining: Run | None = None) -> int:
+    """The visitor's active-run slots in use: a run alone holds one, and a run with the
+    siblings started to compare with it (``Run.compare_of``) hold one between them.
+    ``joining`` is a run whose group is being joined: its own slot is not counted."""
+    runs = Run.objects.filter(status__in=Run.ACTIVE, visitor=visitor).order_by()
+    slots = runs.annotate(slot=Coalesce("compare_of_id", "id")).values_list("slot", flat=True)
+    if joining is not None:
+        slots = slots.exclude(slot=joining.pk)
+    return slots.distinct().count()
+
+
+def run_sibling_active_count(*, run: Run, visitor: str) -> int:
+    """The visitor's siblings of ``run`` that are queued or running."""
+    return run.siblings.filter(status__in=Run.ACTIVE, visitor=visitor).count()
 
 
 def run_stale_list(*, now=None) -> QuerySet[Run]:

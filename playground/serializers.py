@@ -1,11 +1,15 @@
-"""The runs API's shapes: what a submit accepts and what a run looks like as JSON."""
+"""The runs API's shapes: what a submit accepts, what a run looks like as JSON, and a
+comparison of runs as JSON and CSV rows."""
 
 import typing
+from collections.abc import Iterator
 from dataclasses import MISSING, fields
+from typing import Any
 
 from rest_framework import serializers
 
 from kernels.params import BOUNDS, CHOICES, RunParams
+from playground.comparison import Compared, Comparison
 from playground.models import Run
 from playground.services import MAX_PROMPT_CHARS
 
@@ -115,3 +119,104 @@ class RunCreatedSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = (*RunSerializer.Meta.fields, "cancel_token")
         read_only_fields = fields
+
+
+COMPARISON_CSV_HEADER = [
+    "position",
+    "run",
+    "label",
+    "phase",
+    "token_id",
+    "text",
+    "exit_loop",
+    "loops_computed",
+    "same_token",
+    "compared",
+    "exit_loop_vs_deepest",
+]
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    """``GET /api/v1/runs/compare/`` as JSON."""
+    first = comparison.runs[0].run
+    return {
+        "prompt": first.prompt,
+        "model": first.model,
+        "divergence": comparison.divergence,
+        "deepest": comparison.runs[comparison.deepest].view.id,
+        "runs": [_compared_run_data(item) for item in comparison.runs],
+        "positions": [
+            {
+                "position": position.position,
+                "phase": position.phase,
+                "same_token": position.same_token,
+                "compared": position.compared,
+                "difference": position.difference,
+                "runs": [
+                    None
+                    if token is None
+                    else {
+                        "token_id": token["token_id"],
+                        "text": token["text"],
+                        "exit_loop": token["exit_loop"],
+                        "vs_deepest": vs_deepest,
+                    }
+                    for token, vs_deepest in zip(position.tokens, position.vs_deepest, strict=True)
+                ],
+            }
+            for position in comparison.positions
+        ],
+        "stats": [
+            {"key": row.key, "label": row.label, "values": row.values, "differs": row.differs}
+            for row in comparison.stats
+        ],
+    }
+
+
+def comparison_rows(comparison: Comparison) -> Iterator[list[Any]]:
+    """A header, then one row per position and run."""
+    yield COMPARISON_CSV_HEADER
+    for position in comparison.positions:
+        for item, token, vs_deepest in zip(
+            comparison.runs, position.tokens, position.vs_deepest, strict=True
+        ):
+            if token is None:
+                continue
+            yield [
+                position.position,
+                item.view.id,
+                item.label,
+                token["phase"],
+                token["token_id"],
+                token["text"],
+                token["exit_loop"],
+                token["loops_computed"],
+                position.same_token,
+                position.compared,
+                "" if vs_deepest is None else vs_deepest,
+            ]
+
+
+def _compared_run_data(item: Compared) -> dict[str, Any]:
+    state = item.view.state
+    agreement = item.agreement
+    return {
+        "id": item.view.id,
+        "label": item.label,
+        "status": item.run.status,
+        "url": state["url"],
+        "api_url": state["api_url"],
+        "events_url": state["events_url"],
+        "params": item.run.params,
+        "settings": item.view.params_summary,
+        "stats": item.run.stats,
+        "average_exit_loop": item.average_exit,
+        "agreement": None
+        if agreement is None
+        else {
+            "top1": agreement.top1,
+            "top1_positions": agreement.top1_positions,
+            "loglik_difference": agreement.loglik_difference,
+            "loglik_positions": agreement.loglik_positions,
+        },
+    }

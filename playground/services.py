@@ -26,6 +26,7 @@ from kernels.params import RunParams
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
+from playground.siblings import COMPARE_SIBLINGS, sibling_params
 from playground.visitors import secret_hash
 
 logger = logging.getLogger(__name__)
@@ -135,23 +136,43 @@ def run_params_clean(
 
 
 @transaction.atomic
-def run_submit(*, prompt: str, visitor: str = "", owner_secret: str = "", **params: Any) -> Run:
+def run_submit(
+    *,
+    prompt: str,
+    visitor: str = "",
+    owner_secret: str = "",
+    compare_of: Run | None = None,
+    **params: Any,
+) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
 
     ``visitor`` (``playground.visitors``) is who submits, held to
-    ``PLAYGROUND_VISITOR_ACTIVE`` active runs; ``owner_secret`` (a session's secret or an
-    API cancel token) is what stopping the run will need, stored as its hash. The other
-    keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
-    first configured). Raises ``ValidationError`` naming the bad fields, ``VisitorLimit``,
-    and ``QueueFull`` when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running.
+    ``PLAYGROUND_VISITOR_ACTIVE`` active-run slots (``selectors.run_active_slots``: a run
+    started to compare with ``compare_of`` shares that run's slot, and a run has at most
+    ``COMPARE_SIBLINGS`` such siblings of one visitor active); ``owner_secret`` (a session's
+    secret or an API cancel token) is what stopping the run will need, stored as its hash.
+    The other keyword arguments are those of ``run_params_clean`` (``model`` by name,
+    default the first configured). Raises ``ValidationError`` naming the bad fields,
+    ``VisitorLimit``, and ``QueueFull`` when ``PLAYGROUND_MAX_QUEUED`` runs are queued or
+    running.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
     run_fail_stale()
     limit = settings.PLAYGROUND_VISITOR_ACTIVE
-    if visitor and selectors.run_active_count(visitor=visitor) >= limit:
+    if visitor and selectors.run_active_slots(visitor=visitor, joining=compare_of) >= limit:
         raise VisitorLimit(
             f"You already have {limit} runs queued or running (the limit per visitor, "
-            "PLAYGROUND_VISITOR_ACTIVE); wait for one to finish or stop it."
+            "PLAYGROUND_VISITOR_ACTIVE; a run compared with its siblings counts once); "
+            "wait for one to finish or stop it."
+        )
+    if (
+        compare_of is not None
+        and visitor
+        and selectors.run_sibling_active_count(run=compare_of, visitor=visitor) >= COMPARE_SIBLINGS
+    ):
+        raise VisitorLimit(
+            f"You already have {COMPARE_SIBLINGS} runs comparing with this one queued or "
+            "running; wait for them to finish or stop them."
         )
     if selectors.run_active_count() >= settings.PLAYGROUND_MAX_QUEUED:
         raise QueueFull(
@@ -165,9 +186,39 @@ def run_submit(*, prompt: str, visitor: str = "", owner_secret: str = "", **para
         trained_loops=model.loops,
         visitor=visitor,
         owner_hash=secret_hash(owner_secret) if owner_secret else "",
+        compare_of=compare_of,
     )
     transaction.on_commit(lambda: run_enqueue(run=run))
     return run
+
+
+@transaction.atomic
+def run_compare_submit(
+    *, run: Run, variants: list[dict[str, Any]], visitor: str = "", owner_secret: str = ""
+) -> list[Run]:
+    """Start up to ``COMPARE_SIBLINGS`` siblings of ``run``: its prompt, model, seed and
+    settings, each with one variant's settings instead (``siblings.sibling_params``).
+
+    Each goes through ``run_submit`` as any run does (checks, limits, owner); together
+    they hold one of the visitor's active-run slots, so a visitor may compare three runs
+    under the default limit of two. All or none start, and together once this commits,
+    so one worker batches their steps.
+    """
+    if not 1 <= len(variants) <= COMPARE_SIBLINGS:
+        raise ValidationError(
+            {"variants": [f"give 1 to {COMPARE_SIBLINGS} settings to compare, not {len(variants)}"]}
+        )
+    return [
+        run_submit(
+            prompt=run.prompt,
+            model=run.model,
+            visitor=visitor,
+            owner_secret=owner_secret,
+            compare_of=run,
+            **sibling_params(run, variant),
+        )
+        for variant in variants
+    ]
 
 
 def run_cancel(*, run: Run) -> Run:

@@ -10,5 +10,11 @@ urlpatterns = [
     path("playground/frontier/<str:name>.csv", views.frontier_csv, name="frontier-csv"),
     path("playground/runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("playground/runs/<uuid:run_id>/stop/", views.run_stop, name="run-stop"),
+    path(
+        "playground/runs/<uuid:run_id>/compare/",
+        views.run_compare_start,
+        name="run-compare-start",
+    ),
+    path("playground/compare/", views.run_compare, name="compare"),
     path("runs/<uuid:run_id>/events", events.run_events, name="run-events"),
 ]

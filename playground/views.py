@@ -1,4 +1,5 @@
-"""Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript.
+"""Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript,
+"Compare with…" and the compare view of up to three runs, and the Frontier view.
 
 Each view validates its input, calls one selector or service and renders. The prompt
 form posts here (htmx or a plain POST); its parameters go through the same serializer and
@@ -12,28 +13,52 @@ import uuid
 from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
 from playground.checkpoints import model_catalog, model_frontier, model_get
-from playground.forms import RunForm
+from playground.comparison import CompareError, runs_compare
+from playground.forms import CompareForm, RunForm
+from playground.frontier import point_try_url
 from playground.models import Run
 from playground.pages import RunView, run_context, run_view
 from playground.serializers import RunCreateSerializer
+from playground.services import MAX_PROMPT_CHARS
 from playground.throttles import RunSubmitThrottle
 from playground.visitors import session_secret, visitor_of_session
 
 TEMPLATE = "playground/playground.html"
+COMPARE_TEMPLATE = "playground/compare.html"
 RECENT_RUNS = 10
 LISTED_RUNS = 50
+# The form's settings a run's page or a query string may fill in.
+SETTING_FIELDS = (
+    "exit_rule",
+    "q",
+    "kl_threshold",
+    "act_eps",
+    "loops",
+    "extrapolate",
+    "kv_policy",
+    "max_new_tokens",
+    "seed",
+)
 
 
 @require_http_methods(["GET", "POST"])
 def index(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _submit(request, RunForm(request.POST))
-    return _page(request, RunForm())
+    return _page(request, RunForm(initial=_initial_from_query(request.GET)))
+
+
+def _initial_from_query(query) -> dict[str, str]:
+    """Settings to start from, as links give them (``?model=…&exit_rule=fixed&loops=3``,
+    the Frontier's "try this setting"); the form checks them when it is submitted."""
+    names = ("prompt", "model", *SETTING_FIELDS)
+    return {name: query[name][:MAX_PROMPT_CHARS] for name in names if query.get(name)}
 
 
 def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
@@ -69,6 +94,56 @@ def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
         response["HX-Reswap"] = "outerHTML"
         return response
     return _page(request, form, status=status)
+
+
+@require_POST
+def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Start siblings of a run ("Compare with…") and open them in the compare view."""
+    run = selectors.run_get(run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    form = CompareForm.for_run(run, request.POST)
+    throttle = RunSubmitThrottle()
+    if not form.is_valid():
+        errors = [
+            f"{name}: {' '.join(map(str, messages))}" for name, messages in form.errors.items()
+        ]
+        return _compare_page(request, errors=errors, status=400)
+    if not throttle.allow_request(request, None):  # type: ignore[arg-type]  # as in _submit
+        return _compare_page(request, errors=[throttle.refusal(throttle.wait())], status=429)
+    secret = session_secret(request, create=True)
+    try:
+        siblings = services.run_compare_submit(
+            run=run,
+            variants=form.variants(run),
+            visitor=visitor_of_session(secret),
+            owner_secret=secret,
+        )
+    except (services.QueueFull, services.VisitorLimit) as exc:
+        return _compare_page(request, errors=[str(exc)], status=429)
+    except services.BrokerUnavailable as exc:
+        return _compare_page(request, errors=[str(exc)], status=503)
+    except ValidationError as exc:
+        return _compare_page(request, errors=exc.messages, status=400)
+    ids = ",".join(str(item.id) for item in [run, *siblings])
+    return redirect(f"{reverse('playground:compare')}?runs={ids}")
+
+
+@require_GET
+def run_compare(request: HtmxHttpRequest) -> HttpResponse:
+    """Up to three runs of one prompt side by side (``playground.comparison``)."""
+    try:
+        comparison = runs_compare(raw=request.GET.get("runs", ""))
+    except CompareError as exc:
+        return _compare_page(request, errors=[str(exc)], status=400)
+    context = {"comparison": comparison}
+    if _region_only(request):  # the page's module refreshing the comparison while runs stream
+        return render(request, f"{COMPARE_TEMPLATE}#comparison", context)
+    return render(request, COMPARE_TEMPLATE, context)
+
+
+def _compare_page(request: HttpRequest, *, errors: list[str], status: int) -> HttpResponse:
+    return render(request, COMPARE_TEMPLATE, {"errors": errors}, status=status)
 
 
 def _run_submit(request: HttpRequest, params: dict) -> Run:
@@ -134,7 +209,7 @@ def _initial(run) -> dict:
         "model": run.model,
         "decoding": "sample" if sample else "greedy",
     }
-    for name in ("exit_rule", "q", "loops", "extrapolate", "kv_policy", "max_new_tokens", "seed"):
+    for name in SETTING_FIELDS:
         if params.get(name) is not None:
             initial[name] = params[name]
     if sample:
@@ -171,13 +246,25 @@ def frontier(request: HttpRequest) -> HttpResponse:
     models = [
         {
             "model": model,
-            "frontier": model_frontier(model=model),
+            "frontier": _with_try_urls(model, model_frontier(model=model)),
             "slug": f"frontier-{i}",
             "data_id": f"frontier-{i}-data",
         }
         for i, model in enumerate(model_catalog())
     ]
     return render(request, "playground/frontier.html", {"models": models})
+
+
+def _with_try_urls(model, frontier: dict | None) -> dict | None:
+    """Each point with the link that tries its setting in the playground."""
+    if frontier is None or not model.available:
+        return frontier
+    points = [
+        point | {"try_url": point_try_url(model=model, point=point)}
+        for point in frontier["points"]
+        if isinstance(point, dict)
+    ]
+    return frontier | {"points": points}
 
 
 @require_GET

@@ -35,6 +35,8 @@ GETS = [
     "/playground/",
     "/playground/runs/",
     f"/playground/runs/{RUN}/",
+    f"/playground/compare/?runs={RUN}",
+    f"/playground/compare/?runs={RUN},{MISSING}",
     f"/runs/{MISSING}/events",
     "/api/v1/",
     "/api/v1/works/",
@@ -46,6 +48,8 @@ GETS = [
     "/api/v1/runs/",
     f"/api/v1/runs/{RUN}/",
     f"/api/v1/runs/{RUN}/tokens/",
+    f"/api/v1/runs/compare/?runs={RUN}",
+    f"/api/v1/runs/compare/?runs={RUN},{RUN},{MISSING},x",
     "/api/v1/runs/models/",
     "/api/schema/",
 ]
@@ -57,6 +61,7 @@ POSTS = [
     "/compare/pick/",
     "/playground/",
     f"/playground/runs/{RUN}/stop/",
+    f"/playground/runs/{RUN}/compare/",
 ]
 
 QUERIES = {
@@ -74,6 +79,9 @@ QUERIES = {
     "nesting": "modality[]=language&a[b][c]=1&works[0]=x",
     "empty": "works=&modality=&month_from=&search=&page=&ordering=",
     "path-like": "format=../../etc/passwd&works=../x",
+    "hostile run ids": "runs=%00,%FF,,"
+    + ",".join(str(uuid.UUID(int=n)) for n in range(2000))
+    + "&format=csv",
 }
 
 FIELDS = {
@@ -84,6 +92,7 @@ FIELDS = {
     "slug": WORK,
     "prompt": "def f(x):",
     "model": "ouro-tiny",
+    "compare-preset": "q",
 }
 JSON_BODIES = {
     "nested": b"[" * 100_000,

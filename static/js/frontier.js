@@ -1,7 +1,8 @@
 // The Frontier view: one Plotly chart per model of accuracy against the executed fraction
 // of full-depth work, one trace per exit rule (best-available KV shown, the other KV
-// policies one click away in the legend), every point's settings in its hover. The
-// points come from the page (json_script); nothing is computed here.
+// policies one click away in the legend), every point's settings in its hover; a click on
+// a point opens the playground with its setting ("try this setting", as in the table).
+// The points come from the page (json_script); nothing is computed here.
 
 const SYMBOLS = { "q-exit": "circle", convergence: "diamond", fixed: "square", ponder: "star", act: "triangle-up" };
 
@@ -27,8 +28,10 @@ function traces(points, metric) {
           `${p.rule} ${p.setting}, KV ${p.policy}<br>${metric} ${p.accuracy}, loss ${p.loss}` +
           `<br>avg exit ${p.avg_exit}, executed ${p.executed_fraction}` +
           `<br>latency ${p.latency_ms_per_token} ms/token (${p.latency_ratio}× full depth)` +
-          `<br>peak KV ${p.peak_kv_bytes} bytes`,
+          `<br>peak KV ${p.peak_kv_bytes} bytes` +
+          (p.try_url ? "<br>click to try this setting" : ""),
       ),
+      customdata: group.map((p) => p.try_url ?? null),
       hovertemplate: "%{text}<extra></extra>",
     };
   });
@@ -49,7 +52,12 @@ function draw(chart) {
       legend: { orientation: "h", y: -0.2 },
     },
     { displaylogo: false, responsive: true },
-  );
+  ).then(() => {
+    chart.on("plotly_click", (event) => {
+      const url = event.points?.[0]?.customdata;
+      if (url) window.location.assign(url);
+    });
+  });
 }
 
 function drawAll() {

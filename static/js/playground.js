@@ -1,19 +1,11 @@
 // The playground page. The prompt form posts with htmx (or plainly, without JavaScript),
 // and the server swaps in the run's region (#run) with its state, stored tokens and
 // heatmap figure as json_script. This module replays what is stored, then follows the
-// run's server-sent events (/runs/<id>/events) until `done` or `error`, batching the
+// run's server-sent events (playground-stream.js) until `done` or `error`, batching the
 // DOM and Plotly updates to one per animation frame.
 import { Heatmap } from "./playground-heatmap.js";
+import { FINISHED, followRun, STATUS_LABELS } from "./playground-stream.js";
 import { depthFraction, Stats, TokenText } from "./playground-tokens.js";
-
-const STATUS_LABELS = {
-  queued: "Queued",
-  running: "Running",
-  done: "Done",
-  cancelled: "Stopped",
-  failed: "Failed",
-};
-const FINISHED = new Set(["done", "cancelled", "failed"]);
 
 function data(id) {
   const node = document.getElementById(id);
@@ -67,42 +59,16 @@ class RunFollower {
   }
 
   follow() {
-    if (!window.EventSource) {
-      this.poll();
-      return;
-    }
-    const url = new URL(this.state.events_url, window.location.href);
-    if (this.lastPosition >= 0) url.searchParams.set("last_event_id", this.lastPosition);
-    const source = new EventSource(url);
-    this.source = source;
-    source.addEventListener("run", (message) => {
-      const run = JSON.parse(message.data);
-      if (run.status) this.status(run.status);
-    });
-    source.addEventListener("token", (message) => {
-      this.receive([JSON.parse(message.data)]);
-      if (this.state.status !== "running") this.status("running");
-    });
-    source.addEventListener("done", (message) => this.end(JSON.parse(message.data)));
-    source.addEventListener("error", (message) => {
-      if (message.data) {
-        this.end(JSON.parse(message.data));
-      } else if (source.readyState === EventSource.CONNECTING) {
-        this.status(this.state.status, "reconnecting…"); // EventSource resends Last-Event-ID
-      }
-    });
-    source.addEventListener("open", () => this.status(this.state.status));
-  }
-
-  // Without EventSource: the tokens export and the run, every second.
-  async poll() {
-    while (!FINISHED.has(this.state.status) && document.body.contains(this.region)) {
-      const tokens = await fetch(this.state.tokens_url).then((response) => response.json());
-      this.receive(tokens);
-      const run = await fetch(this.state.api_url).then((response) => response.json());
-      if (FINISHED.has(run.status)) this.end({ status: run.status, stats: run.stats, error: run.error });
-      else await new Promise((resolve) => setTimeout(resolve, 1000));
-    }
+    this.source = followRun(
+      this.state,
+      this.lastPosition,
+      {
+        events: (events) => this.receive(events),
+        status: (status, note) => this.status(status, note),
+        end: (payload) => this.end(payload),
+      },
+      () => document.body.contains(this.region),
+    );
   }
 
   receive(events) {
@@ -172,7 +138,8 @@ function attach() {
 }
 
 // The form's dependent controls: loops bounded by the model's T (2·T with extrapolate),
-// q only for Q-exit, temperature/top-p/seed only when sampling.
+// q only for Q-exit (the KL threshold for convergence, ε for ACT), temperature/top-p/seed
+// only when sampling.
 function syncForm() {
   const form = document.getElementById("run-form");
   if (!form) return;
@@ -186,6 +153,8 @@ function syncForm() {
   }
   const rule = form.elements.exit_rule?.value;
   form.querySelector(".field-q")?.toggleAttribute("hidden", rule !== "q-exit");
+  form.querySelector(".field-kl_threshold")?.toggleAttribute("hidden", rule !== "convergence");
+  form.querySelector(".field-act_eps")?.toggleAttribute("hidden", rule !== "act");
   const sample = form.querySelector("input[name=decoding]:checked")?.value === "sample";
   form.querySelector("#sampling")?.toggleAttribute("hidden", !sample);
 }

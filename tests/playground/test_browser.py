@@ -222,3 +222,52 @@ def test_only_the_visitor_who_started_a_run_sees_its_stop_button(served, browser
     finally:
         owner.close()
         other.close()
+
+
+def _heatmap_columns(label: str) -> str:
+    return (
+        f"document.querySelector('#compare-run-{label} [data-heatmap]').data?.[0]?.x?.length ?? 0"
+    )
+
+
+def test_compare_with_q_presets_streams_three_heatmaps_and_marks_what_differs(served, page) -> None:
+    # given a finished run at q 0.7
+    run = served.submit(prompt="def add(a, b):", model="ouro-tiny", q=0.7, max_new_tokens=96)
+    for event in served.events(run):
+        if event.get("event") in ("done", "error"):
+            break
+    page.goto(f"{served.base}{run['url']}")
+    # when "Compare with…" starts the q 0.5 / 0.7 / 0.9 preset
+    page.get_by_text("Compare with…").click()
+    page.get_by_label("q 0.5 / 0.7 / 0.9").check()
+    page.get_by_role("button", name="Start comparison").click()
+    # then the compare view opens on the run and its two siblings
+    page.wait_for_url("**/playground/compare/?runs=*")
+    assert page.locator(".compare-run").count() == 3
+    ids = page.url.split("runs=")[1].split(",")
+    assert ids[0] == run["id"] and len(ids) == 3
+    # and the siblings' heatmaps fill in while they stream (14 prompt bytes, then tokens)
+    page.wait_for_function(
+        f"() => ({_heatmap_columns('B')}) >= 14 + 3 && ({_heatmap_columns('C')}) >= 14 + 3"
+    )
+    statuses = page.locator(".compare-run [data-status]").all_inner_texts()
+    assert statuses[0] == "Done" and "Running" in statuses[1:], statuses
+    assert page.evaluate(_heatmap_columns("A")) == 14 + 96
+    # and once both are done, every heatmap holds every stored token on one axis
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.compare-run [data-status]')]"
+        ".every((node) => node.textContent.startsWith('Done'))",
+        timeout=90_000,
+    )
+    for label, run_id in zip("ABC", ids, strict=True):
+        stored = served.get(f"/api/v1/runs/{run_id}/tokens/").json()
+        page.wait_for_function(f"() => ({_heatmap_columns(label)}) === {len(stored)}")
+    # and the table marks the rows that differ: the settings at least, once the last rows land
+    page.wait_for_function("() => document.getElementById('comparison').dataset.live === 'false'")
+    settings_row = page.locator('#compare-stats tr[data-stat="settings"]')
+    assert "differs" in (settings_row.get_attribute("class") or "")
+    assert settings_row.locator(".differs-mark").inner_text() == "differs"
+    cells = settings_row.locator("td").all_inner_texts()
+    assert ["q = 0.7" in cells[0], "q = 0.5" in cells[1], "q = 0.9" in cells[2]] == [True] * 3
+    assert page.locator("#depth-row tbody tr").count() == 3 + 1  # each run's exits, the difference
+    assert page.errors == []

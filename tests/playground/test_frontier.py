@@ -49,6 +49,7 @@ def two_models(settings, tmp_path):
     }
 
 
+@pytest.mark.django_db  # ordered before the browser tests, whose event loop outlives them
 def test_the_page_lists_each_models_points_summary_and_csv(client, two_models):
     response = client.get("/playground/frontier/")
 
@@ -60,6 +61,7 @@ def test_the_page_lists_each_models_points_summary_and_csv(client, two_models):
     assert "No frontier stored for this model yet" in html  # the bare fixture
 
 
+@pytest.mark.django_db  # ordered before the browser tests, whose event loop outlives them
 def test_csv_downloads_and_an_unknown_or_bare_model_is_404(client, two_models):
     response = client.get("/playground/frontier/task.csv")
 
@@ -76,6 +78,41 @@ def test_the_shipped_models_have_stored_frontiers():
         )
         rules = {p["rule"] for p in stored["points"]}
         assert rules == {"q-exit", "convergence", "fixed", "ponder", "act"}, name
+
+
+@pytest.mark.parametrize(
+    ("point", "fields"),
+    [
+        ({"rule": "q-exit", "setting": "q=0.5", "policy": "select"}, {"q": "0.5"}),
+        ({"rule": "convergence", "setting": "kl<0.001"}, {"kl_threshold": "0.001"}),
+        ({"rule": "fixed", "setting": "k=3"}, {"loops": "3"}),
+        ({"rule": "act", "setting": "eps=0.01"}, {"act_eps": "0.01"}),
+        ({"rule": "ponder", "setting": "seed=2"}, {"seed": "2"}),
+        ({"rule": "q-exit", "setting": "something else"}, {}),
+    ],
+)
+def test_a_points_setting_becomes_the_forms_fields(point, fields):
+    from playground.frontier import point_settings
+
+    expected = {"exit_rule": point["rule"], **fields}
+    if "policy" in point:
+        expected["kv_policy"] = point["policy"]
+    assert point_settings(point) == expected
+
+
+@pytest.mark.django_db
+def test_each_row_links_to_try_its_setting_in_the_prefilled_form(client, two_models):
+    # given the frontier page
+    html = client.get("/playground/frontier/").content.decode()
+    # then each point of a model with a frontier links to the playground with its setting
+    assert html.count(">try this setting</a>") == 2 * len(POINTS)
+    link = "/playground/?model=task&amp;exit_rule=fixed&amp;kv_policy=best-available&amp;loops=1"
+    assert f'href="{link}"' in html
+    # and following a link fills the form with it
+    form = client.get(link.replace("&amp;", "&")).content.decode()
+    assert '<option value="task" selected' in form
+    assert '<option value="fixed" selected' in form
+    assert 'name="loops" value="1"' in form
 
 
 @pytest.mark.browser
@@ -103,3 +140,23 @@ def test_chromium_renders_both_models_charts_and_tables(browser, live_server, tw
         == [["q-exit · best-available", "fixed · best-available", "ponder · best-available"]] * 2
     )
     assert rows == 2 * len(POINTS)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_clicking_a_point_opens_the_playground_with_its_setting(browser, live_server, two_models):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    try:
+        page.goto(f"{live_server.url}/playground/frontier/")
+        point = page.locator("#frontier-0 .scatterlayer .point").first
+        point.wait_for()
+        box = point.bounding_box()
+        assert box is not None
+        centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.move(*centre)  # Plotly's hover picks the point the click then reports
+        page.mouse.click(*centre)
+        page.wait_for_url("**/playground/?model=text&exit_rule=q-exit*")
+        assert page.get_by_label("Exit rule").input_value() == "q-exit"
+        assert page.get_by_label("Model").input_value() == "text"
+    finally:
+        page.close()
