@@ -95,11 +95,14 @@ def check(problem: Problem, outputs: Sequence[str]) -> bool:
 
 
 def problems(seed: int, n: int, symbols: int, hops: range, queries: int) -> list[Problem]:
-    """``n`` problems from ``seed`` alone, ``queries`` each; the queries' hops cycle through
-    ``hops``, so every difficulty is equally frequent."""
+    """``n`` problems from ``seed`` alone, ``queries`` each; query ``q`` of problem ``i``
+    asks ``hops[(i + q) % len(hops)]``, so every difficulty is equally frequent in every
+    query slot (cycling over all queries at once would tie a slot to some difficulties
+    whenever ``queries`` and ``len(hops)`` share a factor)."""
     rng = random.Random(seed)
-    levels = [hops[i % len(hops)] for i in range(n * queries)]
-    return [sample(rng, symbols, levels[i * queries : (i + 1) * queries]) for i in range(n)]
+    return [
+        sample(rng, symbols, [hops[(i + q) % len(hops)] for q in range(queries)]) for i in range(n)
+    ]
 
 
 def answer_positions(problem: Problem) -> list[int]:

@@ -60,7 +60,10 @@ def test_problems_depend_on_the_seed_only_and_cycle_through_the_hops():
 
     assert first == hops.problems(5, 4, 8, range(1, 4), queries=3)
     assert first != hops.problems(6, 4, 8, range(1, 4), queries=3)
-    assert [k for p in first for k in p.hops] == [1, 2, 3] * 4
+    assert [p.hops for p in first] == [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3]]
+    six = hops.problems(0, 8, 8, range(1, 5), queries=6)
+    for slot in range(6):  # every slot asks every difficulty equally often
+        assert sorted(p.hops[slot] for p in six) == [1, 1, 2, 2, 3, 3, 4, 4]
 
 
 def test_encode_marks_the_positions_that_predict_each_answer_and_its_newline():
