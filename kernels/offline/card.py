@@ -363,7 +363,8 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
     if e["examples"]:
         lines += [
             "",
-            f"## Greedy answers (q = {e['default_q']}), each token's exit loop as a superscript",
+            f"## Greedy answers (q = {e['default_q']}), each token with the exit loop of the "
+            "position that wrote it as a superscript",
             "",
         ]
         for ex in e["examples"]:

@@ -9,6 +9,7 @@ come from seeds that no training batch uses; everything is deterministic.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -168,16 +169,20 @@ def evaluate_task(
 
 
 def examples(loaded: LoadedModel, settings: dict[str, Any], q: float) -> list[dict[str, Any]]:
-    """One generated answer per difficulty with every answer token's exit loop."""
+    """One generated answer per difficulty, each token with the exit loop of the position
+    that wrote it (the one before it: the prompt's last for the first)."""
     out = []
     for prompt in tasks.example_prompts(settings):
         params = GenerationParams(q=q, max_new_tokens=16, top_k=0)
-        events = [e for e in generate_stream(loaded, prompt, params) if e.phase == "generated"]
+        events = list(generate_stream(loaded, prompt, params))
+        written = [
+            (before, e) for before, e in itertools.pairwise(events) if e.phase == "generated"
+        ]
         out.append(
             {
                 "prompt": prompt,
-                "text": "".join(e.text for e in events),
-                "exits": [e.exit_loop for e in events],
+                "text": "".join(e.text for _, e in written),
+                "exits": [before.exit_loop for before, _ in written],
             }
         )
     return out

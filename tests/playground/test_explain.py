@@ -12,13 +12,13 @@ def _events(text: str, exits: list[int]) -> list[dict]:
     ]
 
 
-def test_each_answer_token_of_a_hops_run_gets_its_hops():
+def test_the_position_that_writes_each_hops_answer_gets_its_hops():
     events = _events("ab ba;a1=b\nb2=b\n", [1] * 16)
 
     reasons = token_reasons(task="hops", tokens=events)
 
-    assert reasons[9] == "1 hop" and reasons[14] == "2 hops"
-    assert [r for i, r in enumerate(reasons) if i not in (9, 14)] == [""] * 14
+    assert reasons[8] == "next token: 1 hop" and reasons[13] == "next token: 2 hops"
+    assert [r for i, r in enumerate(reasons) if i not in (8, 13)] == [""] * 14
 
 
 def test_a_multi_character_token_is_explained_by_its_first_character():
@@ -28,7 +28,11 @@ def test_a_multi_character_token_is_explained_by_its_first_character():
         make_event(2, "generated") | {"text": "00"},
     ]
 
-    assert token_reasons(task="addition", tokens=events) == ["", "carry chain 2", "carry chain 1"]
+    assert token_reasons(task="addition", tokens=events) == [
+        "next token: carry chain 2",
+        "next token: carry chain 1",
+        "",  # the last token has written nothing yet
+    ]
 
 
 def test_a_text_model_explains_nothing():
@@ -42,5 +46,5 @@ def test_the_exit_marker_hover_names_the_difficulty():
     figure = heatmap_figure(loops=4, tokens=events, reasons=reasons)
 
     hovers = figure["data"][2]["hovertext"]
-    assert hovers[9].endswith("exits at loop 2 (1 hop)")
-    assert hovers[8].endswith("exits at loop 2")
+    assert hovers[8].endswith("exits at loop 2 (next token: 1 hop)")
+    assert hovers[9].endswith("exits at loop 2")

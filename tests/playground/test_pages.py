@@ -142,22 +142,22 @@ def test_a_permalink_replays_the_stored_tokens(client, run_factory) -> None:
 def test_a_task_models_permalink_says_why_an_answer_is_deep(
     client, run_factory, settings, tmp_path
 ) -> None:
-    # given a pointer-chasing model's run: its answer letter exits at loop 3 of 4
+    # given a pointer-chasing model's run: the query's "=" writes the answer at loop 3 of 4
     shutil.copytree(TINY, tmp_path / "hops")
     (tmp_path / "hops" / "playground.json").write_text(json.dumps({"task": "hops"}))
     settings.PLAYGROUND_MODELS = {"hops": tmp_path / "hops"}
     run = run_factory(model="hops", status=Run.Status.DONE)
     for position, char in enumerate("ab ba;a3=b"):
-        event = make_event(position, exit_loop=3 if char == "b" and position == 9 else 1)
+        event = make_event(position, exit_loop=3 if char == "=" else 1)
         RunToken.from_event(run, event | {"text": char}).save()
     # when its permalink is opened
     response = client.get(run.get_absolute_url())
-    # then the answer's token and its exit marker name its hops; the prompt's do not
+    # then the position that wrote the answer, and its exit marker, name the answer's hops
     page = response.content.decode()
-    assert 'title="#9 · exit loop 3 · 3 hops"' in page
+    assert 'title="#8 · exit loop 3 · next token: 3 hops"' in page
     assert page.count(' hops"') == 1
     hovers = _json_script(response, "heatmap-figure")["data"][2]["hovertext"]
-    assert hovers[9].endswith("exits at loop 3 (3 hops)")
+    assert hovers[8].endswith("exits at loop 3 (next token: 3 hops)")
 
 
 def test_a_running_run_has_stop_for_its_creator_and_refreshes_without_javascript(
