@@ -57,7 +57,7 @@ def test_the_models_setting_takes_name_path_pairs_after_the_shipped_models():
     models = _playground_models("mine=/models/mine, other = ~/other")
 
     # then
-    assert list(models) == ["pydoc-loop", "add-loop", "mine", "other"]
+    assert list(models) == ["pydoc-loop", "hop-loop", "mine", "other"]
     assert models["mine"] == Path("/models/mine")
     assert models["other"] == Path("~/other").expanduser()
 
