@@ -26,9 +26,14 @@ TOP_K_SHOWN = 5
 
 
 def heatmap_figure(
-    *, loops: int, trained_loops: int | None = None, tokens: Iterable[Mapping] = ()
+    *,
+    loops: int,
+    trained_loops: int | None = None,
+    tokens: Iterable[Mapping] = (),
+    reasons: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The figure for a run of ``loops`` loops, with the columns of ``tokens`` (events)."""
+    """The figure for a run of ``loops`` loops, with the columns of ``tokens`` (events)
+    and each one's difficulty in its exit marker's hover (``reasons``, :mod:`.explain`)."""
     figure: dict[str, Any] = {
         "data": [
             _heatmap_trace(
@@ -70,9 +75,10 @@ def heatmap_figure(
         ],
         "layout": heatmap_layout(loops=loops, trained_loops=trained_loops),
     }
-    prompt_tokens = 0
+    prompt_tokens, why = 0, iter(reasons)
     for event in tokens:
-        append_column(figure, event, loops=loops)
+        reason = next(why, "")
+        append_column(figure, event, loops=loops, reason=reason)
         prompt_tokens += event["phase"] == "prompt"
     if prompt_tokens and prompt_tokens < len(figure["data"][0]["x"]):
         figure["layout"]["shapes"].append(_prompt_boundary(prompt_tokens))
@@ -160,7 +166,7 @@ def _prompt_boundary(prompt_tokens: int) -> dict[str, Any]:
     }
 
 
-def append_column(figure: dict[str, Any], event: Mapping, *, loops: int) -> None:
+def append_column(figure: dict[str, Any], event: Mapping, *, loops: int, reason: str = "") -> None:
     """Add one token's column (the same as the page's module does with a live event)."""
     cumulative, skipped, exit_marker, _ = figure["data"]
     position = event["position"]
@@ -184,7 +190,8 @@ def append_column(figure: dict[str, Any], event: Mapping, *, loops: int) -> None
             skipped["hovertext"][loop - 1].append("")
     exit_marker["x"].append(position)
     exit_marker["y"].append(event["exit_loop"])
-    exit_marker["hovertext"].append(f"{label}: exits at loop {event['exit_loop']}")
+    why = f" ({reason})" if reason else ""
+    exit_marker["hovertext"].append(f"{label}: exits at loop {event['exit_loop']}{why}")
 
 
 def loop_text(label: str, row: Mapping, exit_loop: int) -> str:

@@ -24,6 +24,7 @@ class ModelInfo:
     summary: str = ""  # the model card's one line (``playground.json``)
     examples: tuple[str, ...] = ()  # prompts that fit the model
     defaults: tuple[tuple[str, object], ...] = ()  # form settings the model asks for
+    task: str = "text"  # a task model's task (``kernels.difficulty`` explains its exits)
 
     @property
     def available(self) -> bool:
@@ -72,7 +73,7 @@ def _describe(name: str, path: Path) -> ModelInfo:
         loops, positions = _read_config(str(config_file), stamp)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return ModelInfo(name, path, problem=f"{config_file} is not a usable config: {exc}")
-    summary, examples, defaults = _read_meta(path)
+    summary, examples, defaults, task = _read_meta(path)
     return ModelInfo(
         name,
         path,
@@ -81,6 +82,7 @@ def _describe(name: str, path: Path) -> ModelInfo:
         summary=summary,
         examples=examples,
         defaults=defaults,
+        task=task,
     )
 
 
@@ -89,9 +91,11 @@ def _describe(name: str, path: Path) -> ModelInfo:
 DEFAULTABLE = ("q", "max_new_tokens", "decoding", "temperature", "top_p", "seed")
 
 
-def _read_meta(path: Path) -> tuple[str, tuple[str, ...], tuple[tuple[str, object], ...]]:
-    """The one-line summary, example prompts and default settings a model directory
-    offers in ``playground.json`` (all optional; an unreadable file offers nothing)."""
+def _read_meta(
+    path: Path,
+) -> tuple[str, tuple[str, ...], tuple[tuple[str, object], ...], str]:
+    """The one-line summary, example prompts, default settings and task a model directory
+    states in ``playground.json`` (all optional; an unreadable file offers nothing)."""
     try:
         meta = json.loads((path / "playground.json").read_text())
         defaults = meta.get("defaults", {})
@@ -99,9 +103,10 @@ def _read_meta(path: Path) -> tuple[str, tuple[str, ...], tuple[tuple[str, objec
             str(meta.get("summary", "")),
             tuple(str(e) for e in meta.get("examples", ())),
             tuple((k, defaults[k]) for k in DEFAULTABLE if k in defaults),
+            str(meta.get("task", "text")),
         )
     except (OSError, ValueError, AttributeError, TypeError):
-        return "", (), ()
+        return "", (), (), "text"
 
 
 def model_frontier(*, model: ModelInfo) -> dict | None:

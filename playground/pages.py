@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from playground import charts
 from playground.checkpoints import default_model_name, model_get
+from playground.explain import token_reasons
 from playground.forms import CompareForm
 from playground.models import Run, RunToken
 
@@ -143,13 +144,18 @@ def run_context(view: RunView | None) -> dict[str, Any]:
             "legend": depth_legend(loops),
             "stats": {},
         }
+    model = model_get(name=view.run.model)
+    reasons = token_reasons(task=model.task if model else "text", tokens=view.tokens)
     return {
         "run": view,
         "figure": charts.heatmap_figure(
-            loops=view.loops, trained_loops=view.trained_loops, tokens=view.tokens
+            loops=view.loops, trained_loops=view.trained_loops, tokens=view.tokens, reasons=reasons
         ),
         "legend": depth_legend(view.loops),
-        "tokens": [token_cell(event, view.loops) for event in view.tokens],
+        "tokens": [
+            token_cell(event, view.loops, why)
+            for event, why in zip(view.tokens, reasons, strict=True)
+        ],
         "tokens_data": view.tokens,
         "stats": stats_display(view),
         "compare_form": CompareForm.for_run(view.run),
@@ -165,8 +171,10 @@ def depth_legend(loops: int) -> list[dict[str, Any]]:
     return [{"loop": t, "fraction": depth_fraction(t, loops)} for t in range(1, loops + 1)]
 
 
-def token_cell(event: dict[str, Any], loops: int) -> dict[str, Any]:
+def token_cell(event: dict[str, Any], loops: int, why: str = "") -> dict[str, Any]:
+    """A token of the run's text: its exit loop's shade, and why it is hard (a task's)."""
     return {
+        "why": why,
         "position": event["position"],
         "phase": event["phase"],
         "text": event["text"],

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from kernels.difficulty import carry_chains
+
 EOS = ord("\n")
 
 
@@ -41,19 +43,6 @@ class Problem:
     @property
     def text(self) -> str:
         return self.prompt + self.answer
-
-
-def carry_chains(a: int, b: int, digits: int) -> list[int]:
-    """Per answer digit (most significant first, ``digits + 1`` of them): the length of the
-    carry chain into its column, i.e. how many columns below it the carry has come through."""
-    xs = [int(c) for c in reversed(f"{a:0{digits}d}")]  # least significant first
-    ys = [int(c) for c in reversed(f"{b:0{digits}d}")]
-    chain, into = 0, [0]
-    for x, y in zip(xs, ys, strict=True):
-        s = x + y
-        chain = 1 if s >= 10 else (chain + 1 if s == 9 and chain else 0)
-        into.append(chain)
-    return list(reversed(into[: digits + 1]))
 
 
 def difficulty(problem: Problem) -> int:

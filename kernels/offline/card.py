@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernels.offline import hops
+
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -59,7 +61,21 @@ def _training_lines(training: dict[str, Any]) -> list[str]:
         f"({training['stage1_tokens_per_s']} tokens/s), stage 2 {wall['stage2_s']:.0f} s, "
         f"evaluation {wall.get('evaluation_s', 0):.0f} s; "
         f"{sum(wall.values()) / 60:.1f} min end to end" + _command_note(training),
+        *_cpu_lines(training),
         "",
+    ]
+
+
+def _cpu_lines(training: dict[str, Any]) -> list[str]:
+    """The process's CPU time (user + system): with one thread, what the training takes
+    alone on a core, whatever else shared the machine while it ran."""
+    if "cpu_time_s" not in training:
+        return []
+    cpu = training["cpu_time_s"]
+    return [
+        f"- CPU time of the training process (user + system, {training['threads']} thread(s), "
+        f"validation included): stage 1 {cpu['stage1_s']:.0f} s, stage 2 "
+        f"{cpu['stage2_s']:.0f} s; {training['train_cpu_time_s'] / 60:.1f} min"
     ]
 
 
@@ -96,7 +112,7 @@ def _reproduce_lines(name: str, flags: str) -> list[str]:
 
 
 def render_card(training: dict[str, Any], evaluation: dict[str, Any], name: str) -> str:
-    if training["settings"].get("task", "text") == "addition":
+    if training["settings"].get("task", "text") != "text":
         return render_task_card(training, evaluation, name)
     s, c = training["settings"], training["corpus"]
     n_loops = s["loops"]
@@ -209,8 +225,9 @@ def write_card(path: Path) -> Path:
     evaluation = json.loads((path / "evaluation.json").read_text())
     card = path / "README.md"
     card.write_text(render_card(training, evaluation, path.name))
-    if "exit_by_chain" in evaluation:
-        (path / "exit_by_chain.svg").write_text(exit_svg(evaluation["exit_by_chain"]))
+    if "exit_by_level" in evaluation:
+        svg = exit_svg(evaluation["exit_by_level"], evaluation["difficulty"])
+        (path / "exit_by_difficulty.svg").write_text(svg)
     return card
 
 
@@ -218,19 +235,48 @@ def _row(cells: list[Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name: str) -> str:
-    """The card of a task model (:mod:`kernels.offline.addition`)."""
-    s, e = training["settings"], evaluation
-    n_loops, digits = s["loops"], s["digits"]
-    fixed, ext = e["accuracy_fixed_depth"], e["extrapolation"]
-    lines = [
-        f"# {name}",
-        "",
-        f"{digits}-digit addition, answered most significant digit first, by a small looped "
-        f"model (Ouro architecture, {n_loops} loops, an exit gate after every loop) trained "
-        "from scratch by this project's own `python -m kernels.offline.train --task addition`. "
-        "A digit depends on carries from columns the model has not written yet; resolving a "
-        "carry chain takes one refinement per column, so harder problems need more loops.",
+def _task_intro(s: dict[str, Any], n_loops: int) -> list[str]:
+    """What the task model does and why its answers need loops, then its task section."""
+    model = (
+        f"by a small looped model (Ouro architecture, {n_loops} loops, an exit gate after every "
+        "loop) trained from scratch by this project's own "
+        f"`python -m kernels.offline.train --task {s['task']}`."
+    )
+    scored = (
+        "Only the answer's positions are scored; the prompt's gates are labelled by the "
+        "answer's gains (the answer reads their K/V at deeper loops)."
+    )
+    if s["task"] == "hops":
+        return [
+            f"Pointer chasing over {s['symbols']} letters {model} A query asks for the letter "
+            "reached after k hops along the listed pairs. A hop cannot be looked ahead across: "
+            "the letter to look up next is known only once the previous lookup is done, so each "
+            "hop needs about one loop, and a query's exit loop follows its hops.",
+            "",
+            "## Task",
+            "",
+            f"Prompt `{hops.example_prompts(s['symbols'], range(1, 2))[0]}`: the pairs of a "
+            f"successor function (`ac`: a is followed by c; one cycle through the {s['symbols']} "
+            "letters, listed in random order), `;`, then a query `{start}{hops}=`; the answer is "
+            "one letter and a newline. Training problems ask "
+            f"{s['queries']} queries each (the next one after the previous answer's newline), "
+            f"their hops drawn 1…{s['max_hops']} equally often (stage one starts on 1 hop and "
+            f"adds the next every {s['curriculum_steps']} steps); held-out problems come from "
+            f"seeds no training batch uses. {scored}"
+            + (
+                " In stage one, loop t of an answer is trained on the letter t − 1 hops along "
+                "(at most the query's hops): the loops learn one hop each; stage two's gate "
+                "labels are the true answer's gains."
+                if s.get("loop_targets")
+                else ""
+            )
+            + " See `kernels/offline/hops.py`.",
+            "",
+        ]
+    digits = s["digits"]
+    return [
+        f"{digits}-digit addition, answered most significant digit first, {model} A digit "
+        "depends on carries from columns the model has not written yet.",
         "",
         "## Task",
         "",
@@ -238,10 +284,23 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
         "newline (byte tokens, fixed width, zero padded). Problems are generated (nothing "
         "downloaded), each with a chosen longest carry chain (a column summing to ≥ 10, then "
         f"columns summing to 9): training draws 0…{s['max_chain']} uniformly; held-out "
-        "problems come from seeds no training batch uses. Only the answer's positions are "
-        "scored; the prompt's gates are labelled by the answer's gains (the answer reads "
-        "their K/V at deeper loops). See `kernels/offline/addition.py`.",
+        f"problems come from seeds no training batch uses. {scored} "
+        "See `kernels/offline/addition.py`.",
         "",
+    ]
+
+
+def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name: str) -> str:
+    """The card of a task model (:mod:`kernels.offline.tasks`)."""
+    s, e = training["settings"], evaluation
+    n_loops, level = s["loops"], e["difficulty"]
+    fixed, ext = e["accuracy_fixed_depth"], e["extrapolation"]
+    unit = "query" if s["task"] == "hops" else "sum"
+    by_level = e["accuracy_by_level_full_depth"]
+    lines = [
+        f"# {name}",
+        "",
+        *_task_intro(s, n_loops),
         "## Model",
         "",
         *_model_lines(training),
@@ -249,20 +308,20 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
         "= EOS), `model.safetensors`; `training.json` and `evaluation.json` hold every number",
         "",
         *_training_lines(training),
-        f"## Held-out evaluation ({e['problems']} problems, longest chains "
-        f"{e['chains'][0]}…{e['chains'][1]})",
+        f"## Held-out evaluation ({e['problems']} problems, {e['answers']} answers, {level} "
+        f"{e['levels'][0]}…{e['levels'][1]})",
         "",
-        "Exact match (the whole answer right) at each fixed depth, the real engine:",
+        f"Exact match (each {unit} answered right) at each fixed depth, the real engine:",
         "",
         _row(["loops", *range(1, n_loops + 1)]),
         "| --- |" + " --- |" * n_loops,
         _row(["exact match", *(_pct(v) for v in fixed)]),
         "",
-        "Full depth by the problem's longest carry chain:",
+        f"Full depth by the answer's {level}:",
         "",
-        _row(["longest chain", *e["accuracy_by_chain_full_depth"]]),
-        "| --- |" + " --- |" * len(e["accuracy_by_chain_full_depth"]),
-        _row(["exact match", *(_pct(v) for v in e["accuracy_by_chain_full_depth"].values())]),
+        _row([level, *by_level]),
+        "| --- |" + " --- |" * len(by_level),
+        _row(["exact match", *(_pct(v) for v in by_level.values())]),
         "",
         "Q-exit (best-available KV; executed = token-loops run, prompt included, over full "
         f"depth's; full depth {_pct(e['accuracy_full_depth'])}):",
@@ -279,29 +338,33 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
     lines += [
         "",
         f"Exit depth tracks difficulty (q = {e['default_q']}): the mean exit loop of an answer "
-        "digit by the length of the carry chain into its column (plot: `exit_by_chain.svg`):",
+        f"position by its {level} (plot: `exit_by_difficulty.svg`):",
         "",
-        "| carry chain into the digit | digits | mean exit loop |",
+        f"| {level} | answer positions | mean exit loop |",
         "| --- | --- | --- |",
-        *(f"| {r['chain']} | {r['digits']} | {r['mean_exit']:.2f} |" for r in e["exit_by_chain"]),
+        *(
+            f"| {r['level']} | {r['positions']} | {r['mean_exit']:.2f} |"
+            for r in e["exit_by_level"]
+        ),
         "",
-        "![mean exit loop by carry chain](exit_by_chain.svg)",
+        f"![mean exit loop by {level}](exit_by_difficulty.svg)",
         "",
         f"Depth extrapolation: exact match with k loops (k > {n_loops}: the engine run with "
-        f"more loops than trained), on {ext['problems']} problems with longest chains "
-        f"{ext['chains'][0]}…{ext['chains'][1]}, longer than any trained, next to the "
-        "held-out trained-length problems:",
+        f"more loops than trained), on {ext['problems']} problems with {level} "
+        f"{ext['levels'][0]}…{ext['levels'][1]}, beyond any trained, next to the held-out "
+        "trained ones:",
         "",
         _row(["loops", *range(1, 2 * n_loops + 1)]),
         "| --- |" + " --- |" * (2 * n_loops),
-        _row(["longer chains", *(_pct(v) for v in ext["accuracy_by_loops"])]),
-        _row(["trained chains", *(_pct(v) for v in ext["trained_chains_accuracy_by_loops"])]),
+        _row([f"longer {level}", *(_pct(v) for v in ext["accuracy_by_loops"])]),
+        _row([f"trained {level}", *(_pct(v) for v in ext["trained_levels_accuracy_by_loops"])]),
     ]
     lines += _target_lines(e["targets"])
     if e["examples"]:
         lines += [
             "",
-            f"## Greedy answers (q = {e['default_q']}), each digit's exit loop as a superscript",
+            f"## Greedy answers (q = {e['default_q']}), each token with the exit loop of the "
+            "position that wrote it as a superscript",
             "",
         ]
         for ex in e["examples"]:
@@ -310,22 +373,24 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
         lines.append("")
     lines += [
         "",
-        *_reproduce_lines(name, " --task addition"),
+        *_reproduce_lines(name, f" --task {s['task']}"),
         f"The evaluation is deterministic ({e['threads']} thread(s), generated problems, greedy).",
         "",
     ]
     return "\n".join(lines)
 
 
-def exit_svg(rows: list[dict[str, Any]], width: int = 420, height: int = 240) -> str:
-    """A bar chart of the mean exit loop by carry chain, as a standalone SVG (no plotting
-    library: the card is rendered offline from JSON)."""
+def exit_svg(
+    rows: list[dict[str, Any]], difficulty: str, width: int = 420, height: int = 240
+) -> str:
+    """A bar chart of the mean exit loop by difficulty (carry chain, hops), as a standalone
+    SVG (no plotting library: the card is rendered offline from JSON)."""
     top = max(r["mean_exit"] for r in rows)
     left, bottom, bar = 40, height - 30, (width - 50) / len(rows)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'font-family="sans-serif" font-size="11">',
-        f'<text x="{left}" y="14">mean exit loop by carry chain into the digit</text>',
+        f'<text x="{left}" y="14">mean exit loop of an answer position by {difficulty}</text>',
         f'<line x1="{left}" y1="{bottom}" x2="{width - 10}" y2="{bottom}" stroke="#444"/>',
     ]
     for i, r in enumerate(rows):
@@ -337,7 +402,7 @@ def exit_svg(rows: list[dict[str, Any]], width: int = 420, height: int = 240) ->
             f'<text x="{x + (bar - 8) / 2:.1f}" y="{bottom - h - 4:.1f}" '
             f'text-anchor="middle">{r["mean_exit"]:.2f}</text>',
             f'<text x="{x + (bar - 8) / 2:.1f}" y="{bottom + 14}" '
-            f'text-anchor="middle">{r["chain"]}</text>',
+            f'text-anchor="middle">{r["level"]}</text>',
         ]
-    parts.append(f'<text x="{width / 2}" y="{height - 2}" text-anchor="middle">chain</text>')
+    parts.append(f'<text x="{width / 2}" y="{height - 2}" text-anchor="middle">{difficulty}</text>')
     return "\n".join([*parts, "</svg>", ""])

@@ -1,14 +1,15 @@
-"""Held-out measurements of a task model (:mod:`kernels.offline.addition`), for its card.
+"""Held-out measurements of a task model (:mod:`kernels.offline.tasks`), for its card.
 
 All runs are the real skipping engine's prefill over problem + answer (teacher forcing):
-a problem counts as solved when every answer position's output argmax is the answer's
-next character, which is exactly when greedy decoding would write the whole answer
-(the exits and the K/V each position sees are those of decoding, causally). Problems
+an answer (a sum; one query's letter) counts as right when each of its positions' output
+argmax is the answer's next character, which is exactly when greedy decoding would write
+it (the exits and the K/V each position sees are those of decoding, causally). Problems
 come from seeds that no training batch uses; everything is deterministic.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine
-from kernels.offline import addition
+from kernels.offline import tasks
 from kernels.rules import ExitRule, Fixed, QExit
 from kernels.stream import GenerationParams, generate_stream
 
@@ -39,13 +40,14 @@ def solve(
     """One rule over sequences ids (B, S+1) whose scored positions are mask (B, S): the
     skipping engine's prefill of ids[:, :-1] predicting ids[:, 1:].
 
-    Returns per-sequence exact match over the scored positions (``solved``, (B,)), their
-    top-1 accuracy and loss, each scored position's exit loop (``exit``, (B, A)), the
-    executed fraction of full-depth token-loops (every position), the seconds per token
-    of each batch's prefill and the largest peak KV bytes of a batch.
+    Returns each scored position's correctness (``right``, (B, M)), per-sequence exact
+    match over them (``solved``, (B,)), their top-1 accuracy and loss, each scored
+    position's exit loop (``exit``, (B, M)), the executed fraction of full-depth
+    token-loops (every position), the seconds per token of each batch's prefill and the
+    largest peak KV bytes of a batch.
     """
     engine = Engine(loaded.model, rule, policy, loops=loops)
-    solved, right_all, losses, exits, per_token_s = [], [], [], [], []
+    solved, rights, losses, exits, per_token_s = [], [], [], [], []
     executed = full = peak = 0
     for rows, rows_mask in zip(ids.split(batch), mask.split(batch), strict=True):
         start = time.perf_counter()
@@ -54,7 +56,7 @@ def solve(
         targets = rows[:, 1:]  # (b, S)
         right = result.logits.argmax(-1) == targets  # (b, S)
         solved.append((right | ~rows_mask).all(-1))  # (b,)
-        right_all.append(right[rows_mask])
+        rights.append(right[rows_mask].view(len(rows), -1))  # (b, M)
         loss = F.cross_entropy(result.logits.float().transpose(1, 2), targets, reduction="none")
         losses.append(loss[rows_mask])  # (b, S) -> (M,)
         exits.append(result.exit_loop[rows_mask].view(len(rows), -1))  # (b, A)
@@ -62,8 +64,9 @@ def solve(
         full += result.work.token_loops_full
         peak = max(peak, result.cache.peak_bytes if result.cache is not None else 0)
     return {
+        "right": torch.cat(rights),
         "solved": torch.cat(solved),
-        "top1": torch.cat(right_all).float().mean().item(),
+        "top1": torch.cat(rights).float().mean().item(),
         "loss": torch.cat(losses).mean().item(),
         "exit": torch.cat(exits),
         "executed_fraction": executed / full,
@@ -72,33 +75,34 @@ def solve(
     }
 
 
-def _acc(run: dict[str, Any]) -> float:
-    return round(run["solved"].float().mean().item(), 4)
+def accuracy(problems: list[tasks.Problem], run: dict[str, Any]) -> float:
+    """Exact match over answers (a sum; a query), from a :func:`solve` run."""
+    return round(tasks.unit_right(problems, run["right"]).float().mean().item(), 4)
 
 
-def by_chain(problems: list[addition.Problem], exits: Tensor) -> list[dict[str, Any]]:
-    """Mean exit loop of answer digits by the carry chain into their column."""
-    chains = torch.tensor([addition.carry_chains(p.a, p.b, p.digits) for p in problems])
-    digit_exits = exits[:, : chains.shape[1]].float()  # (B, digits+1), the newline left out
+def by_level(problems: list[tasks.Problem], exits: Tensor) -> list[dict[str, Any]]:
+    """Mean exit loop of the answer positions (B, M) by their difficulty (carry chain into
+    a digit's column; a query's hops at its letter); newlines left out."""
+    levels = tasks.position_levels(problems)  # (B, M)
     rows = []
-    for c in range(int(chains.max()) + 1):
-        sel = chains == c
+    for level in range(int(levels.max()) + 1):
+        sel = levels == level
         if sel.any():
             rows.append(
                 {
-                    "chain": c,
-                    "digits": int(sel.sum()),
-                    "mean_exit": round(digit_exits[sel].mean().item(), 3),
+                    "level": level,
+                    "positions": int(sel.sum()),
+                    "mean_exit": round(exits[sel].float().mean().item(), 3),
                 }
             )
     return rows
 
 
-def evaluate_addition(
+def evaluate_task(
     loaded: LoadedModel,
     settings: dict[str, Any],
     *,
-    per_chain: int = 60,
+    per_level: int = 60,
     q: float = 0.5,
     qs: tuple[float, ...] = QS,
     with_examples: bool = True,
@@ -106,71 +110,79 @@ def evaluate_addition(
     """Every number the task card reports.
 
     Args:
-        settings: the training settings (``digits``, ``max_chain``, ``loops``).
-        per_chain: held-out problems per longest-chain value.
+        settings: the training settings (the task and its sizes, ``loops``).
+        per_level: held-out problems per trained difficulty.
         q: the model's default q (its playground default), reported on its own.
     """
-    digits, max_chain, n_loops = settings["digits"], settings["max_chain"], settings["loops"]
-    trained = range(max_chain + 1)
-    problems = addition.problems(EVAL_SEED, per_chain * len(trained), digits, trained)
-    ids, mask = addition.encode(problems)
-    fixed = [_acc(solve(loaded, ids, mask, Fixed(k))) for k in range(1, n_loops + 1)]
+    n_loops, trained = settings["loops"], tasks.trained_levels(settings)
+    problems = tasks.problems(settings, EVAL_SEED, per_level * len(trained))
+    ids, mask = tasks.encode(problems)
+    fixed = [accuracy(problems, solve(loaded, ids, mask, Fixed(k))) for k in range(1, n_loops + 1)]
     full = solve(loaded, ids, mask, QExit(1.0))
     runs = {x: solve(loaded, ids, mask, QExit(x)) for x in sorted({*qs, q})}
     q_rows = {
         str(x): {
-            "accuracy": _acc(run),
+            "accuracy": accuracy(problems, run),
             "avg_exit": round(run["exit"].float().mean().item(), 3),
             "executed_fraction": round(run["executed_fraction"], 4),
         }
         for x, run in runs.items()
     }
-    chains = torch.tensor([addition.difficulty(p) for p in problems])
-    longer = range(max_chain + 1, digits + 1)
-    long_problems = addition.problems(EVAL_SEED - 1, per_chain * len(longer), digits, longer)
-    long_ids, long_mask = addition.encode(long_problems)
+    units = tasks.unit_right(problems, full["right"])  # (B, U)
+    levels = tasks.unit_levels(problems)  # (B, U)
+    longer = tasks.longer_levels(settings)
+    long_problems = tasks.problems(settings, EVAL_SEED - 1, per_level * len(longer), longer)
+    long_ids, long_mask = tasks.encode(long_problems)
     extrapolation = {
-        "chains": [longer.start, longer.stop - 1],
+        "levels": [longer.start, longer.stop - 1],
         "problems": len(long_problems),
         "accuracy_by_loops": [
-            _acc(solve(loaded, long_ids, long_mask, Fixed(k), loops=max(k, n_loops)))
+            accuracy(
+                long_problems, solve(loaded, long_ids, long_mask, Fixed(k), loops=max(k, n_loops))
+            )
             for k in range(1, 2 * n_loops + 1)
         ],
-        "trained_chains_accuracy_by_loops": fixed
+        "trained_levels_accuracy_by_loops": fixed
         + [
-            _acc(solve(loaded, ids, mask, Fixed(k), loops=k))
+            accuracy(problems, solve(loaded, ids, mask, Fixed(k), loops=k))
             for k in range(n_loops + 1, 2 * n_loops + 1)
         ],
     }
     return {
-        "task": "addition",
+        "task": settings["task"],
+        "difficulty": tasks.difficulty_name(settings),
         "problems": len(problems),
-        "chains": [0, max_chain],
+        "answers": units.numel(),
+        "levels": [trained.start, trained.stop - 1],
         "accuracy_fixed_depth": fixed,
-        "accuracy_full_depth": _acc(full),
-        "accuracy_by_chain_full_depth": {
-            str(c): round(full["solved"][chains == c].float().mean().item(), 4) for c in trained
+        "accuracy_full_depth": round(units.float().mean().item(), 4),
+        "accuracy_by_level_full_depth": {
+            str(c): round(units[levels == c].float().mean().item(), 4) for c in trained
         },
         "default_q": q,
         "q": q_rows,
-        "exit_by_chain": by_chain(problems, runs[q]["exit"]),
+        "exit_by_level": by_level(problems, runs[q]["exit"]),
         "extrapolation": extrapolation,
-        "examples": examples(loaded, digits, q) if with_examples else [],
-        "targets": targets(fixed, _acc(full), q_rows[str(q)]),
+        "examples": examples(loaded, settings, q) if with_examples else [],
+        "targets": targets(fixed, round(units.float().mean().item(), 4), q_rows[str(q)]),
     }
 
 
-def examples(loaded: LoadedModel, digits: int, q: float) -> list[dict[str, Any]]:
-    """One generated answer per difficulty with every answer digit's exit loop."""
+def examples(loaded: LoadedModel, settings: dict[str, Any], q: float) -> list[dict[str, Any]]:
+    """One generated answer per difficulty, each token with the exit loop of the position
+    that wrote it (the one before it: the prompt's last for the first)."""
     out = []
-    for prompt in addition.example_prompts(digits):
+    for prompt in tasks.example_prompts(settings):
         params = GenerationParams(q=q, max_new_tokens=16, top_k=0)
-        events = [e for e in generate_stream(loaded, prompt, params) if e.phase == "generated"]
+        events = list(generate_stream(loaded, prompt, params))
+        written = [
+            (before, e) for before, e in itertools.pairwise(events) if e.phase == "generated"
+        ]
         out.append(
             {
                 "prompt": prompt,
-                "text": "".join(e.text for e in events),
-                "exits": [e.exit_loop for e in events],
+                "text": "".join(e.text for _, e in written),
+                "exits": [before.exit_loop for before, _ in written],
             }
         )
     return out

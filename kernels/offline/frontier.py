@@ -5,10 +5,10 @@ range of KL thresholds, fixed k for every k, PonderNet sampled halting, ACT over
 of eps) and every KV policy. Each point records together: accuracy (exact match for a
 task model; next-token top-1 and loss for a text model), the average exit loop, the
 executed fraction of full-depth token-loops, per-token latency (median over batches of
-the skipping prefill's seconds per token, and its ratio to full depth measured in the
-same run) and peak KV bytes. Written to ``MODEL_DIR/frontier.json`` and ``frontier.csv``
-(``--json PATH`` puts the JSON there, the CSV beside it); the playground's Frontier view
-only reads them.
+the skipping prefill's seconds per token, and of decoding's seconds per generated token,
+each with its ratio to full depth measured in the same run) and peak KV bytes. Written
+to ``MODEL_DIR/frontier.json`` and ``frontier.csv`` (``--json PATH`` puts the JSON there,
+the CSV beside it); the playground's Frontier view only reads them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,10 @@ import torch
 from torch import Tensor
 
 from kernels.checkpoint import LoadedModel, load_checkpoint
-from kernels.offline import addition, corpus
+from kernels.engine import Engine
+from kernels.offline import corpus, tasks
 from kernels.offline.evaluate import heldout_ids
-from kernels.offline.evaluate_task import EVAL_SEED, solve
+from kernels.offline.evaluate_task import EVAL_SEED, accuracy, solve
 from kernels.rules import ACT, POLICIES, Convergence, ExitRule, Fixed, Ponder, QExit
 
 QS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -44,8 +46,11 @@ FIELDS = (
     "executed_fraction",
     "latency_ms_per_token",
     "latency_ratio",
+    "decode_ms_per_token",
+    "decode_ratio",
     "peak_kv_bytes",
 )
+DECODE_ROWS = 64  # prompts decoded per point (decoding is token by token: the slow part)
 
 
 @dataclass(frozen=True)
@@ -68,62 +73,118 @@ def rules(sweep: Sweep, n_loops: int) -> list[tuple[ExitRule, str]]:
     return out
 
 
-def heldout_data(path: Path, loaded: LoadedModel, size: int) -> tuple[Tensor, Tensor, str]:
-    """Held-out sequences (B, S+1), their scored positions (B, S), and what accuracy means."""
+@dataclass(frozen=True)
+class Heldout:
+    """Held-out sequences (B, S+1), their scored positions (B, S), and what accuracy means;
+    a task's problems (exact match per answer), none for a text model (next-token top-1)."""
+
+    ids: Tensor
+    mask: Tensor
+    problems: list[tasks.Problem] | None = None
+
+    def prompts(self) -> tuple[list[list[int]], int]:
+        """What decoding is timed on: prompts and how many tokens each generates (a
+        problem's prompt and its answer's length; a window's first half, then the rest)."""
+        if self.problems is None:
+            half = self.ids.shape[1] // 2
+            return self.ids[:DECODE_ROWS, :half].tolist(), half
+        rows = self.problems[:DECODE_ROWS]
+        return [list(p.prompt.encode()) for p in rows], len(rows[0].answer)
+
+    @property
+    def metric(self) -> str:
+        return "next-token top-1" if self.problems is None else "exact match"
+
+    def accuracy(self, run: dict[str, Any]) -> float:
+        return run["top1"] if self.problems is None else accuracy(self.problems, run)
+
+
+def heldout_data(path: Path, loaded: LoadedModel, size: int) -> Heldout:
+    """``size`` held-out problems of a task model, or windows of a text model's text."""
     settings = json.loads((path / "training.json").read_text())["settings"]
-    if settings.get("task", "text") == "addition":
-        chains = range(settings["max_chain"] + 1)
-        problems = addition.problems(EVAL_SEED, size, settings["digits"], chains)
-        ids, mask = addition.encode(problems)
-        return ids, mask, "exact match"
+    if settings.get("task", "text") != "text":
+        problems = tasks.problems(settings, EVAL_SEED, size)
+        return Heldout(*tasks.encode(problems), problems)
     ids, _ = heldout_ids(path, loaded)
     windows = corpus.windows(ids, 65, size)  # (N, 65)
-    return windows, torch.ones(size, 64, dtype=torch.bool), "next-token top-1"
+    return Heldout(windows, torch.ones(size, 64, dtype=torch.bool))
+
+
+def decode_seconds(
+    loaded: LoadedModel,
+    prompts: list[list[int]],
+    new_tokens: int,
+    rule: ExitRule,
+    *,
+    policy: str = "best-available",
+    batch: int = 32,
+) -> float:
+    """Median over batches of greedy decoding's seconds per generated token (the prefill
+    not counted), the skipping engine's continuous decode of ``new_tokens`` per prompt."""
+    engine = Engine(loaded.model, rule, policy)
+    per_token = []
+    for start in range(0, len(prompts), batch):
+        prefill = engine.prefill(prompts[start : start + batch], reserve=new_tokens)
+        begin = time.perf_counter()
+        generated = sum(1 for _ in engine.decode(prefill, max_new_tokens=new_tokens))
+        per_token.append((time.perf_counter() - begin) / generated)
+    return statistics.median(per_token)
 
 
 def frontier(
-    loaded: LoadedModel, ids: Tensor, mask: Tensor, metric: str, sweep: Sweep, batch: int = 32
+    loaded: LoadedModel, heldout: Heldout, sweep: Sweep, batch: int = 32
 ) -> dict[str, Any]:
-    """Every point of the sweep. Full depth (best-available) is the latency baseline,
-    measured before and after the sweep (their mean), after one warm-up batch."""
-    n_loops = loaded.config.total_ut_steps
+    """Every point of the sweep. Full depth (best-available) is the latency baseline of
+    prefill and of decoding, measured before and after the sweep (their mean), after one
+    warm-up batch of each."""
+    n_loops, ids, mask = loaded.config.total_ut_steps, heldout.ids, heldout.mask
+    prompts, new_tokens = heldout.prompts()
     points = []
     solve(loaded, ids[:batch], mask[:batch], QExit(1.0), batch=batch)  # warm-up
+    decode_seconds(loaded, prompts[:batch], new_tokens, QExit(1.0), batch=batch)
 
-    def full_depth_s() -> float:
-        return statistics.median(solve(loaded, ids, mask, QExit(1.0), batch=batch)["per_token_s"])
+    def full_depth_s() -> tuple[float, float]:
+        run = solve(loaded, ids, mask, QExit(1.0), batch=batch)
+        decode_s = decode_seconds(loaded, prompts, new_tokens, QExit(1.0), batch=batch)
+        return statistics.median(run["per_token_s"]), decode_s
 
     before = full_depth_s()
     for policy in sweep.policies:
         for rule, setting in rules(sweep, n_loops):
             run = solve(loaded, ids, mask, rule, policy=policy, batch=batch)
-            exact = run["solved"].float().mean().item()
             median_s = statistics.median(run["per_token_s"])
+            decode_s = decode_seconds(loaded, prompts, new_tokens, rule, policy=policy, batch=batch)
             points.append(
                 {
                     "rule": rule.name,
                     "setting": setting,
                     "policy": policy,
-                    "accuracy": round(exact if metric == "exact match" else run["top1"], 4),
+                    "accuracy": round(heldout.accuracy(run), 4),
                     "loss": round(run["loss"], 4),
                     "avg_exit": round(run["exit"].float().mean().item(), 3),
                     "executed_fraction": round(run["executed_fraction"], 4),
                     "latency_ms_per_token": round(1000 * median_s, 4),
                     "latency_s": median_s,
+                    "decode_ms_per_token": round(1000 * decode_s, 4),
+                    "decode_s": decode_s,
                     "peak_kv_bytes": run["peak_kv_bytes"],
                 }
             )
-    base_s = (before + full_depth_s()) / 2
+    after = full_depth_s()
+    base_s, base_decode_s = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
     for point in points:
         point["latency_ratio"] = round(point.pop("latency_s") / base_s, 3)
+        point["decode_ratio"] = round(point.pop("decode_s") / base_decode_s, 3)
     return {
-        "metric": metric,
+        "metric": heldout.metric,
         "sequences": len(ids),
         "scored_positions": int(mask.sum()),
         "loops": n_loops,
         "threads": torch.get_num_threads(),
-        "latency": "median over batches of the skipping prefill's seconds per scored token; "
-        "ratio to full depth (q=1, best-available) measured before and after the sweep",
+        "latency": "median over batches of the skipping prefill's seconds per token, and of "
+        f"greedy decoding's seconds per generated token ({len(prompts)} prompts, "
+        f"{new_tokens} new tokens each); ratios to full depth (q=1, best-available) "
+        "measured before and after the sweep",
         "points": points,
     }
 
@@ -150,8 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.path, device="cpu")
-    ids, mask, metric = heldout_data(args.path, loaded, args.size)
-    result = frontier(loaded, ids, mask, metric, Sweep())
+    result = frontier(loaded, heldout_data(args.path, loaded, args.size), Sweep())
     csv_path = write(result, args.json or args.path / "frontier.json")
     print(f"{len(result['points'])} points -> {csv_path.with_suffix('.json')}, {csv_path}")
 

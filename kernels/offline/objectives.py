@@ -25,11 +25,12 @@ from kernels.exits import stopping_distribution
 
 
 def per_loop_losses(step_logits: Tensor, targets: Tensor) -> Tensor:
-    """Next-token cross-entropy of every loop's logits: (T, B, S, V), (B, S) -> (T, B, S)."""
+    """Next-token cross-entropy of every loop's logits: (T, B, S, V) against targets
+    (B, S), or (T, B, S) where each loop has its own -> (T, B, S)."""
     n_loops = step_logits.shape[0]
     flat = F.cross_entropy(
         step_logits.flatten(0, 2).float(),  # (T*B*S, V)
-        targets.expand(n_loops, *targets.shape).flatten(),  # (T*B*S,)
+        targets.expand(n_loops, *targets.shape[-2:]).flatten(),  # (T*B*S,)
         reduction="none",
     )
     return flat.view(step_logits.shape[:3])  # (T, B, S)
@@ -69,15 +70,27 @@ def context_losses(losses: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, losses, answer)
 
 
-def continue_targets(losses: Tensor, scale: float, margin: float) -> Tensor:
+def continue_targets(
+    losses: Tensor, scale: float, margin: float, lookahead: bool = False
+) -> Tensor:
     """Soft labels for "run loop t+1": sigmoid(scale (I_{t+1} - margin)), (T, B, S) ->
-    (T-1, B, S). The losses are detached here: labels never carry gradient."""
+    (T-1, B, S). The losses are detached here: labels never carry gradient.
+
+    With ``lookahead`` the gain is the best of any later loop, L_t - min_{u>t} L_u: an
+    answer that only comes right at loop t+2 (a middle loop that does half the work, as a
+    pointer chase's intermediate hop does) gains nothing at t+1, and the next loop's gain
+    alone would stop it there."""
     losses = losses.detach()
-    gain = (losses[:-1] - losses[1:]).clamp_min(0)  # I_{t+1} for t = 1..T-1
+    later = losses[1:]  # L_{t+1} for t = 1..T-1
+    if lookahead:
+        later = later.flip(0).cummin(0).values.flip(0)  # min_{u>t} L_u
+    gain = (losses[:-1] - later).clamp_min(0)  # I_{t+1} for t = 1..T-1
     return torch.sigmoid(scale * (gain - margin))
 
 
-def gate_loss(gate_logits: Tensor, losses: Tensor, scale: float, margin: float) -> Tensor:
+def gate_loss(
+    gate_logits: Tensor, losses: Tensor, scale: float, margin: float, lookahead: bool = False
+) -> Tensor:
     """Stage two: BCE of λ_t = sigmoid(gate_t) against 1 - continue label, t < T."""
-    stop = 1.0 - continue_targets(losses, scale, margin)  # (T-1, B, S)
+    stop = 1.0 - continue_targets(losses, scale, margin, lookahead)  # (T-1, B, S)
     return F.binary_cross_entropy_with_logits(gate_logits[:-1].float(), stop)

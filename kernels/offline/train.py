@@ -4,6 +4,7 @@
     python -m kernels.offline.train --resume    # continue from var/train/pydoc-loop/state.pt
     python -m kernels.offline.train --restart-stage2 --gain-margin 0.02   # retune the gate only
     python -m kernels.offline.train --task addition   # writes kernels/models/add-loop/
+    python -m kernels.offline.train --task hops       # writes kernels/models/hop-loop/
 
 Stage one trains everything on Ouro's ``sum_t p_t L_t - beta H(p)``; stage two freezes
 the LM and fits the gate to the realised gains of the next loop (:mod:`kernels.offline.objectives`).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -33,7 +35,7 @@ from kernels.checkpoint import ByteTokenizer, save_checkpoint
 from kernels.config import LoopConfig
 from kernels.exits import q_exit
 from kernels.model import LoopedLM
-from kernels.offline import addition, corpus
+from kernels.offline import corpus, hops, tasks
 from kernels.offline.bpe import train_bpe
 from kernels.offline.card import write_card
 from kernels.offline.objectives import context_losses, gate_loss, per_loop_losses, ponder_loss
@@ -44,9 +46,18 @@ class TrainConfig:
     """Every setting of a run; each is also a ``--flag`` of the command. ``--task
     addition`` starts from :data:`TASK_DEFAULTS` instead of these defaults."""
 
-    task: str = "text"  # "text": the corpus LM; "addition": :mod:`kernels.offline.addition`
+    # "text": the corpus LM; "addition", "hops": :mod:`kernels.offline.tasks`
+    task: str = "text"
     digits: int = 10  # addition: operand width
     max_chain: int = 6  # addition: longest carry chain in training problems
+    symbols: int = 8  # hops: letters in the successor cycle
+    max_hops: int = 4  # hops: training queries ask 1..max_hops hops
+    queries: int = 6  # hops: queries per problem
+    # A task's stage one starts on its easiest difficulty and adds the next one every this
+    # many steps (0: all of them from the start). See TASK_DEFAULTS["hops"] for why.
+    curriculum_steps: int = 0
+    # hops: stage one trains loop t on the letter t - 1 hops along (hops.loop_targets)
+    loop_targets: bool = False
     out: str = "kernels/models/pydoc-loop"
     work_dir: str = "var/train/pydoc-loop"
     seed: int = 0
@@ -78,6 +89,8 @@ class TrainConfig:
     # (median I_2 = 0.026, I_4 = 0.001 nats): 0.005 kept 72% of tokens at loop 4 at q = 0.7
     # (held-out average depth 3.69); 0.03 spreads them over all four loops.
     gain_margin: float = 0.03
+    # stage two: label loop t by the best gain of any later loop, not only the next one
+    gain_lookahead: bool = False
     eval_every: int = 100
     eval_windows: int = 64
     eval_length: int = 64
@@ -114,7 +127,43 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         "eval_every": 250,
         "save_every": 250,
         "eval_windows": 256,
-    }
+    },
+    # The pointer-chasing model: a hop cannot be looked ahead across, so each needs about
+    # a loop; 6 loops for up to 4 hops leave one loop to find the pairs and one to spare.
+    # A lookup needs two circuits at once (a head that copies each pair's first letter
+    # onto its second, a head that matches the query's letter against it); with hops 1-4
+    # mixed from step 0 the answers stayed at chance for 1200 steps (measured), the
+    # harder hops adding only noise, so one hop comes first and one more every 400 steps.
+    # Trained on the answer alone, loops learnt one hop (at loop 2) but not to hop again
+    # (2 hops at chance 1000 steps after they came in, measured): loop t is also trained
+    # on the letter t - 1 hops along, and a gate that starts at λ = 0.18 spreads stage
+    # one's weight over the loops (0.18, 0.15, 0.12, 0.10, 0.08, 0.37) so each loop's
+    # hop is learnt. Stage two's gate labels are the true answer's gains, looking past the
+    # next loop: a 4-hop answer is wrong until loop 5, so with next-loop gains alone the
+    # gate stopped 4-hop queries early (82.7% at q = 0.7 against 100% at full depth).
+    "hops": {
+        "out": "kernels/models/hop-loop",
+        "work_dir": "var/train/hop-loop",
+        "symbols": 8,
+        "max_hops": 4,
+        "queries": 6,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "loops": 6,
+        "seq_len": 53,  # 8 pairs, 6 queries with their answers, less one
+        "batch_size": 32,
+        "curriculum_steps": 400,
+        "loop_targets": True,
+        "gain_lookahead": True,
+        "gate_bias_init": -1.5,
+        "stage1_steps": 3000,
+        "warmup_steps": 100,
+        "gate_warmup_steps": 2000,
+        "stage2_steps": 800,
+        "eval_every": 100,
+        "save_every": 100,
+        "eval_windows": 256,
+    },
 }
 
 
@@ -129,10 +178,10 @@ class Data:
 def prepare_data(cfg: TrainConfig, docs: list[corpus.Document] | None = None) -> Data:
     """Split the corpus, train (or reuse) the tokenizer, encode both splits (cached).
     A task's problems are generated per batch: its data is the byte tokenizer alone."""
-    if cfg.task == "addition":
-        info = {"task": "addition", "digits": cfg.digits, "max_chain": cfg.max_chain}
+    if cfg.task != "text":
         empty = torch.zeros(0, dtype=torch.long)
-        return Data(ByteTokenizer(256, addition.EOS), empty, empty, info)
+        info = tasks.describe(asdict(cfg))
+        return Data(ByteTokenizer(256, tasks.EOS), empty, empty, info)
     docs = corpus.documents() if docs is None else docs
     train_docs, heldout_docs = corpus.split(
         docs, seed=cfg.seed, heldout_fraction=cfg.heldout_fraction
@@ -192,18 +241,29 @@ def batch(ids: Tensor, cfg: TrainConfig, stage: int, step: int) -> Tensor:
 def task_batch(cfg: TrainConfig, stage: int, step: int) -> tuple[Tensor, Tensor]:
     """Batch ``step`` of ``stage`` of generated problems, from (seed, stage, step) alone:
     ids (B, S+1) and the answer mask (B, S)."""
+    return tasks.encode(_task_problems(cfg, stage, step))
+
+
+def task_loop_targets(cfg: TrainConfig, stage: int, step: int) -> Tensor | None:
+    """Stage one's per-loop targets (T, B, S) of batch ``step`` when ``loop_targets``."""
+    if stage != 1 or not cfg.loop_targets:
+        return None
+    problems = [p for p in _task_problems(cfg, stage, step) if isinstance(p, hops.Problem)]
+    return hops.loop_targets(problems, cfg.loops)
+
+
+def _task_problems(cfg: TrainConfig, stage: int, step: int) -> list[tasks.Problem]:
     seed = cfg.seed * 1_000_003 + stage * 100_003 + step
-    chains = range(cfg.max_chain + 1)
-    return addition.encode(addition.problems(seed, cfg.batch_size, cfg.digits, chains))
+    levels = tasks.trained_levels(asdict(cfg))
+    if stage == 1 and cfg.curriculum_steps:
+        levels = levels[: 1 + step // cfg.curriculum_steps]
+    return tasks.problems(asdict(cfg), seed, cfg.batch_size, levels)
 
 
 def validation_set(cfg: TrainConfig, data: Data) -> tuple[Tensor, Tensor | None]:
     """Held-out windows, or for a task problems from a seed no training batch uses."""
-    if cfg.task == "addition":
-        chains = range(cfg.max_chain + 1)
-        return addition.encode(
-            addition.problems(-1 - cfg.seed, cfg.eval_windows, cfg.digits, chains)
-        )
+    if cfg.task != "text":
+        return tasks.batch(asdict(cfg), -1 - cfg.seed, cfg.eval_windows)
     return corpus.windows(data.heldout, cfg.eval_length, cfg.eval_windows), None
 
 
@@ -265,12 +325,16 @@ def stage1_step(
     cfg: TrainConfig,
     step: int,
     mask: Tensor | None = None,
+    targets: Tensor | None = None,
 ) -> float:
+    """One step of ``sum_t p_t L_t - beta H(p)``; L_t against ``targets`` (T, B, S) when
+    each loop has its own, else against the next tokens."""
     for group in opt.param_groups:
         group["lr"] = _lr(cfg, step) * group.get("lr_scale", 1.0)
     model.model.early_exit_gate.requires_grad_(step >= cfg.gate_warmup_steps)
     out = model(tokens[:, :-1])
-    losses = per_loop_losses(out.step_logits, tokens[:, 1:])  # (T, B, S)
+    targets = tokens[:, 1:] if targets is None else targets
+    losses = per_loop_losses(out.step_logits, targets)  # (T, B, S)
     loss, _ = ponder_loss(losses, out.gate_logits, cfg.beta, mask)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -294,7 +358,7 @@ def stage2_step(
         if mask is not None:
             losses = context_losses(losses, mask)
     gate_logits = model.model.gate(out.step_hidden)  # (T, B, S), grad to the gate only
-    loss = gate_loss(gate_logits, losses, cfg.gain_scale, cfg.gain_margin)
+    loss = gate_loss(gate_logits, losses, cfg.gain_scale, cfg.gain_margin, cfg.gain_lookahead)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -328,6 +392,7 @@ class Run:
             nn.init.constant_(layer.post_attention_layernorm_2.weight, cfg.sublayer_norm_init)
         self.stage, self.step = 1, 0
         self.elapsed = {"stage1_s": 0.0, "stage2_s": 0.0}
+        self.cpu = {"stage1_s": 0.0, "stage2_s": 0.0}  # process CPU time, validation included
         self.history: list[dict[str, Any]] = []
         self.opt = stage1_optimizer(self.model, cfg)
         valid, mask = validation_set(cfg, data)
@@ -346,6 +411,7 @@ class Run:
             "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "elapsed": self.elapsed,
+            "cpu": self.cpu,
             "history": self.history,
         }
         torch.save(state, self.state_path.with_suffix(".tmp"))
@@ -355,6 +421,7 @@ class Run:
         self.model.load_state_dict(state["model"])
         self.stage, self.step = state["stage"], state["step"]
         self.elapsed, self.history = state["elapsed"], state["history"]
+        self.cpu = state.get("cpu", self.cpu)
         if self.stage == 2:
             self.opt = stage2_optimizer(self.model, self.cfg)
         self.opt.load_state_dict(state["optimizer"])
@@ -364,6 +431,7 @@ class Run:
         stage1 = torch.load(self.cfg.work / "stage1.pt", map_location=self.device)
         self.model.load_state_dict(stage1["model"])
         self.elapsed = stage1["elapsed"]
+        self.cpu = stage1.get("cpu", {"stage1_s": 0.0, "stage2_s": 0.0})
         self.history = [h for h in stage1["history"] if h["stage"] == 1]
         self.stage, self.step = 2, 0
         self.opt = stage2_optimizer(self.model, self.cfg)
@@ -377,15 +445,19 @@ class Run:
     def run_stage(self, stage: int, steps: int) -> None:
         cfg, tokens_per_step = self.cfg, cfg_tokens(self.cfg)
         bar = tqdm(total=steps, initial=self.step, desc=f"stage {stage}", dynamic_ncols=True)
+        cpu = cpu_seconds()
         while self.step < steps:
             start = time.perf_counter()
-            if cfg.task == "addition":
+            if cfg.task != "text":
                 tokens, mask = task_batch(cfg, stage, self.step)
                 tokens, mask = tokens.to(self.device), mask.to(self.device)
+                targets = task_loop_targets(cfg, stage, self.step)
+                targets = None if targets is None else targets.to(self.device)
             else:
                 tokens, mask = batch(self.data.train, cfg, stage, self.step).to(self.device), None
+                targets = None
             if stage == 1:
-                loss = stage1_step(self.model, self.opt, tokens, cfg, self.step, mask)
+                loss = stage1_step(self.model, self.opt, tokens, cfg, self.step, mask, targets)
             else:
                 loss = stage2_step(self.model, self.opt, tokens, cfg, mask)
             seconds = time.perf_counter() - start
@@ -395,9 +467,18 @@ class Run:
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_step / seconds:.0f}")
             if self.step % cfg.eval_every == 0 or self.step == steps:
                 self._log_validation()
+            self.cpu[f"stage{stage}_s"] += cpu_seconds() - cpu
+            cpu = cpu_seconds()
             if self.step % cfg.save_every == 0 or self.step == steps:
                 self.save()
         bar.close()
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process: with one thread, what the run would take
+    alone on a core, however many other processes share the machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cfg_tokens(cfg: TrainConfig) -> int:
@@ -435,7 +516,7 @@ def train(
 
 
 def _meta(run: Run) -> dict[str, Any]:
-    return {"elapsed": dict(run.elapsed), "history": list(run.history)}
+    return {"elapsed": dict(run.elapsed), "cpu": dict(run.cpu), "history": list(run.history)}
 
 
 def save_model(run: Run) -> Path:
@@ -455,6 +536,8 @@ def save_model(run: Run) -> Path:
         "wall_time_s": {k: round(v, 1) for k, v in run.elapsed.items()},
         "stage1_tokens_per_s": round(cfg_tokens(cfg) * cfg.stage1_steps / run.elapsed["stage1_s"]),
         "train_time_s": round(train_s, 1),
+        "cpu_time_s": {k: round(v, 1) for k, v in run.cpu.items()},
+        "train_cpu_time_s": round(sum(run.cpu.values()), 1),
         "threads": cfg.threads,
         "device": str(run.device),
         "torch": torch.__version__,

@@ -9,7 +9,7 @@ Variables (all optional on the embedded default):
                    Unset means the embedded mode: no Redis anywhere (the broker is a
                    SQLite file under var/, and run events flow through the database).
     PLAYGROUND_MODELS      extra checkpoints, ``name=path`` pairs separated by commas; the
-                           shipped ``pydoc-loop`` (the default) and ``add-loop`` come first
+                           shipped ``pydoc-loop`` (the default) and ``hop-loop`` come first
                            unless renamed.
     PLAYGROUND_MAX_QUEUED  runs queued or running at once before submits get 429 (8).
     PLAYGROUND_VISITOR_ACTIVE / _SUBMITS / _STREAMS  per-visitor limits (2, 12/minute, 20).
@@ -267,7 +267,7 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 
 def _playground_models(raw: str) -> dict[str, Path]:
     shipped = BASE_DIR / "kernels" / "models"
-    models = {"pydoc-loop": shipped / "pydoc-loop", "add-loop": shipped / "add-loop"}
+    models = {"pydoc-loop": shipped / "pydoc-loop", "hop-loop": shipped / "hop-loop"}
     for pair in filter(None, (item.strip() for item in raw.split(","))):
         name, sep, path = pair.partition("=")
         if not sep or not name.strip() or not path.strip():

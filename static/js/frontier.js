@@ -27,7 +27,10 @@ function traces(points, metric) {
         (p) =>
           `${p.rule} ${p.setting}, KV ${p.policy}<br>${metric} ${p.accuracy}, loss ${p.loss}` +
           `<br>avg exit ${p.avg_exit}, executed ${p.executed_fraction}` +
-          `<br>latency ${p.latency_ms_per_token} ms/token (${p.latency_ratio}× full depth)` +
+          `<br>prefill ${p.latency_ms_per_token} ms/token (${p.latency_ratio}× full depth)` +
+          (p.decode_ms_per_token === undefined
+            ? ""
+            : `<br>decode ${p.decode_ms_per_token} ms/token (${p.decode_ratio}× full depth)`) +
           `<br>peak KV ${p.peak_kv_bytes} bytes` +
           (p.try_url ? "<br>click to try this setting" : ""),
       ),

@@ -28,8 +28,7 @@ def result(model_dir):
     from kernels.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(model_dir, device="cpu")
-    ids, mask, metric = frontier.heldout_data(model_dir, loaded, 24)
-    return frontier.frontier(loaded, ids, mask, metric, SWEEP, batch=8)
+    return frontier.frontier(loaded, frontier.heldout_data(model_dir, loaded, 24), SWEEP, batch=8)
 
 
 def _point(result, rule, setting, policy="best-available"):
@@ -58,6 +57,7 @@ def test_every_point_has_every_field_for_every_rule_and_policy(result):
         assert set(p) == set(frontier.FIELDS)
         assert 0 <= p["accuracy"] <= 1 and 1 <= p["avg_exit"] <= 3
         assert 0 < p["executed_fraction"] <= 1 and p["latency_ratio"] > 0
+        assert p["decode_ms_per_token"] > 0 and p["decode_ratio"] > 0
         assert p["peak_kv_bytes"] > 0
 
 

@@ -22,6 +22,7 @@ from kernels.offline.train import (
     stage2_optimizer,
     stage2_step,
     task_batch,
+    task_loop_targets,
     train,
 )
 from kernels.stream import GenerationParams, generate_stream
@@ -269,6 +270,56 @@ def test_addition_training_lowers_both_stages_losses_on_answers_only(tmp_path):
     # then
     assert after_stage1 < before - 0.3
     assert stage2_loss() < gate_before
+
+
+def test_each_loop_can_have_its_own_targets():
+    logits = torch.log(torch.tensor([[0.9, 0.1], [0.2, 0.8]]))[:, None, None, :]  # (T=2, 1, 1, V)
+    shared = torch.tensor([[0]])  # (B, S)
+    per_loop = torch.tensor([[[0]], [[1]]])  # (T, B, S)
+
+    assert torch.allclose(
+        per_loop_losses(logits, shared).flatten(), -torch.log(torch.tensor([0.9, 0.2]))
+    )
+    assert torch.allclose(
+        per_loop_losses(logits, per_loop).flatten(), -torch.log(torch.tensor([0.9, 0.8]))
+    )
+
+
+def test_hops_stage_one_has_per_loop_targets_and_stage_two_the_answers():
+    cfg = TrainConfig(task="hops", loops=4, max_hops=3, batch_size=4, loop_targets=True)
+
+    ids, _ = task_batch(cfg, 1, 0)
+    targets = task_loop_targets(cfg, 1, 0)
+
+    assert targets is not None and targets.shape == (4, *ids[:, 1:].shape)
+    assert torch.equal(targets[-1], ids[:, 1:]) and not torch.equal(targets[0], ids[:, 1:])
+    assert task_loop_targets(cfg, 2, 0) is None
+
+
+def test_lookahead_labels_continue_while_any_later_loop_still_gains():
+    # an answer wrong at loops 1-3 (a middle loop does half the work), right at loop 4
+    losses = torch.tensor([2.0, 2.0, 2.0, 0.0])[:, None, None]  # (T=4, B=1, S=1)
+
+    myopic = continue_targets(losses, scale=50.0, margin=0.03).flatten()
+    ahead = continue_targets(losses, scale=50.0, margin=0.03, lookahead=True).flatten()
+
+    assert myopic.round().tolist() == [0.0, 0.0, 1.0]  # would stop at loop 1
+    assert ahead.round().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_hops_curriculum_adds_one_difficulty_every_curriculum_steps(tmp_path):
+    cfg = TrainConfig(
+        task="hops", symbols=6, max_hops=3, queries=4, curriculum_steps=10, batch_size=8
+    )
+
+    def hops_asked(stage: int, step: int) -> set[int]:
+        ids, mask = task_batch(cfg, stage, step)
+        texts = [bytes(row.tolist()).decode() for row in ids]
+        return {int(line[1]) for text in texts for line in text.split(";")[1].splitlines()}
+
+    assert hops_asked(1, 0) == hops_asked(1, 9) == {1}
+    assert hops_asked(1, 10) == {1, 2}
+    assert hops_asked(1, 25) == hops_asked(1, 1000) == hops_asked(2, 0) == {1, 2, 3}
 
 
 def test_task_defaults_apply_under_explicit_flags():

@@ -57,7 +57,7 @@ def test_the_models_setting_takes_name_path_pairs_after_the_shipped_models():
     models = _playground_models("mine=/models/mine, other = ~/other")
 
     # then
-    assert list(models) == ["pydoc-loop", "add-loop", "mine", "other"]
+    assert list(models) == ["pydoc-loop", "hop-loop", "mine", "other"]
     assert models["mine"] == Path("/models/mine")
     assert models["other"] == Path("~/other").expanduser()
 
@@ -76,6 +76,7 @@ def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_
                 "summary": "Adds numbers.",
                 "examples": ["12+34=", "99+01="],
                 "defaults": {"q": 0.5, "decoding": "sample", "loops": 99},
+                "task": "addition",
             }
         )
     )
@@ -90,7 +91,9 @@ def test_a_model_directory_offers_its_summary_and_example_prompts(settings, tmp_
     assert good is not None and bad is not None
     assert good.summary == "Adds numbers." and good.examples == ("12+34=", "99+01=")
     assert dict(good.defaults) == {"q": 0.5, "decoding": "sample"}  # only defaultable ones
+    assert good.task == "addition"
     assert bad.available and bad.summary == "" and bad.examples == () and bad.defaults == ()
+    assert bad.task == "text"
 
 
 def test_the_form_starts_from_the_default_models_settings(settings, tmp_path):

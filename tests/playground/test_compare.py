@@ -243,7 +243,7 @@ def test_the_compare_api_answers_400_naming_each_bad_input(
         "many": _ids([*three, run_factory()]),
         "twice": _ids([three[0], three[0]]),
         "other prompt": _ids([three[0], run_factory(prompt="def sub(a, b):")]),
-        "other model": _ids([three[0], run_factory(model="add-loop")]),
+        "other model": _ids([three[0], run_factory(model="hop-loop")]),
     }.get(runs, runs)
     # when
     response = client.get(f"/api/v1/runs/compare/?runs={ids}")

@@ -72,7 +72,7 @@ def test_csv_downloads_and_an_unknown_or_bare_model_is_404(client, two_models):
 
 
 def test_the_shipped_models_have_stored_frontiers():
-    for name in ("pydoc-loop", "add-loop"):
+    for name in ("pydoc-loop", "hop-loop"):
         stored = json.loads(
             (django_settings.BASE_DIR / "kernels/models" / name / "frontier.json").read_text()
         )

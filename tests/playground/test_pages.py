@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import uuid
 
 import pytest
@@ -136,6 +137,27 @@ def test_a_permalink_replays_the_stored_tokens(client, run_factory) -> None:
     assert f'href="/api/v1/runs/{run.id}/tokens/?format=csv"' in page
     assert 'id="stop-button"' not in page  # a finished run cannot be stopped
     assert 'http-equiv="refresh"' not in page
+
+
+def test_a_task_models_permalink_says_why_an_answer_is_deep(
+    client, run_factory, settings, tmp_path
+) -> None:
+    # given a pointer-chasing model's run: the query's "=" writes the answer at loop 3 of 4
+    shutil.copytree(TINY, tmp_path / "hops")
+    (tmp_path / "hops" / "playground.json").write_text(json.dumps({"task": "hops"}))
+    settings.PLAYGROUND_MODELS = {"hops": tmp_path / "hops"}
+    run = run_factory(model="hops", status=Run.Status.DONE)
+    for position, char in enumerate("ab ba;a3=b"):
+        event = make_event(position, exit_loop=3 if char == "=" else 1)
+        RunToken.from_event(run, event | {"text": char}).save()
+    # when its permalink is opened
+    response = client.get(run.get_absolute_url())
+    # then the position that wrote the answer, and its exit marker, name the answer's hops
+    page = response.content.decode()
+    assert 'title="#8 · exit loop 3 · next token: 3 hops"' in page
+    assert page.count(' hops"') == 1
+    hovers = _json_script(response, "heatmap-figure")["data"][2]["hovertext"]
+    assert hovers[8].endswith("exits at loop 3 (next token: 3 hops)")
 
 
 def test_a_running_run_has_stop_for_its_creator_and_refreshes_without_javascript(
