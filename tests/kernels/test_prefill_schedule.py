@@ -1,4 +1,4 @@
-"""The prefill schedule (kernels.scheduler.PrefillSchedule): chunks in position order, each loop by loop until it stops."""
+"""The prefill schedule: chunks in position order, each loop by loop until it stops."""
 
 import pytest
 
