@@ -235,6 +235,7 @@ class LoopedLM(nn.Module):
         *,
         with_logits: bool = True,
         with_layer_outputs: bool = False,
+        exits: Tensor | None = None,
     ) -> LoopOutput:
         """Run ``loops`` (default ``total_ut_steps``) loops over all tokens.
 
@@ -244,6 +245,8 @@ class LoopedLM(nn.Module):
             loops: number of loops T; more than trained extrapolates.
             with_logits: also apply the LM head to every loop (T×B×S×V floats).
             with_layer_outputs: also keep the residual stream after every layer.
+            exits: (B, S) int, each position's exit loop under best-available KV
+                (:func:`run_all_loops`); default every position runs every loop.
         """
         return run_all_loops(
             self.model,
@@ -252,6 +255,7 @@ class LoopedLM(nn.Module):
             attention_mask,
             loops or self.config.total_ut_steps,
             with_layer_outputs=with_layer_outputs,
+            exits=exits,
         )
 
 
@@ -263,8 +267,15 @@ def run_all_loops(
     n_loops: int,
     *,
     with_layer_outputs: bool = False,
+    exits: Tensor | None = None,
 ) -> LoopOutput:
-    """The reference computation (shared by :class:`LoopedLM` and the transformers wrapper)."""
+    """The reference computation (shared by :class:`LoopedLM` and the transformers wrapper).
+
+    With ``exits`` (B, S), a position stops after loop ``exits[b, s]`` as under the
+    engine's best-available KV: later loops' queries see the K/V it computed at its exit
+    loop (each layer its own), and its state from then on is its exit state. Training
+    uses this to see what a position's exit costs the positions that read it.
+    """
     if attention_mask is None:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         positions = positions.expand_as(input_ids)
@@ -273,13 +284,19 @@ def run_all_loops(
     x = body.embed_tokens(input_ids)  # (B, S, H)
     cos, sin = body.rotary_emb(positions, x.dtype)  # (B, S, d)
     attend = padded_causal_attend(attention_mask)
-    hidden, gates, layer_outputs = [], [], []
-    for _ in range(n_loops):
-        for layer in body.layers:
-            x = layer(x, cos, sin, attend)
+    kept: list[list[Tensor]] = [[] for _ in body.layers]  # per layer: its last k, v
+    hidden: list[Tensor] = []
+    gates, layer_outputs = [], []
+    for t in range(1, n_loops + 1):
+        done = None if exits is None else exits < t  # (B, S): exited before loop t
+        for layer, kv in zip(body.decoder_layers, kept, strict=True):
+            layer_attend = attend if done is None else exited_kv_attend(attend, kv, done)
+            x = layer(x, cos, sin, layer_attend)
             if with_layer_outputs:
                 layer_outputs.append(x)
         x = body.norm(x)  # the normed state is the next loop's input
+        if done is not None and hidden:
+            x = torch.where(done[..., None], hidden[-1], x)  # (B, S, H)
         hidden.append(x)
         gates.append(body.gate(x))
     step_hidden = torch.stack(hidden)  # (T, B, S, H)
@@ -293,3 +310,17 @@ def run_all_loops(
             else None
         ),
     )
+
+
+def exited_kv_attend(attend: Attend, kept: list[Tensor], done: Tensor) -> Attend:
+    """``attend`` where the positions ``done`` (B, S) show the K/V in ``kept`` (their
+    exit loop's: ``kept`` is refreshed with every call, exited entries staying)."""
+
+    def inner(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if kept:
+            frozen = done[..., None, None]  # (B, S, 1, 1) over (B, S, nkv, d)
+            k, v = torch.where(frozen, kept[0], k), torch.where(frozen, kept[1], v)
+        kept[:] = [k, v]
+        return attend(q, k, v)
+
+    return inner

@@ -243,8 +243,11 @@ def _task_intro(s: dict[str, Any], n_loops: int) -> list[str]:
         f"`python -m kernels.offline.train --task {s['task']}`."
     )
     scored = (
-        "Only the answer's positions are scored; the prompt's gates are labelled by the "
-        "answer's gains (the answer reads their K/V at deeper loops)."
+        "Only the answer's positions are scored. The other positions' gates are labelled by "
+        "what their exit costs the answer: the answer reads their K/V at deeper loops, and "
+        "under best-available KV an exited position's deeper K/V never exist, so stage two "
+        "runs the model with them stopping after each loop k in turn (the answer at full "
+        "depth) and they stop where the answer's loss stops falling by more than the margin."
     )
     if s["task"] == "hops":
         return [
@@ -326,14 +329,15 @@ def render_task_card(training: dict[str, Any], evaluation: dict[str, Any], name:
         "Q-exit (best-available KV; executed = token-loops run, prompt included, over full "
         f"depth's; full depth {_pct(e['accuracy_full_depth'])}):",
         "",
-        "| q | exact match | avg exit loop (answer) | executed token-loops |",
-        "| --- | --- | --- | --- |",
+        "| q | exact match | avg exit loop (answer) | avg exit loop (prompt) | executed "
+        "token-loops |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for q, r in e["q"].items():
         mark = " (default)" if float(q) == e["default_q"] else ""
         lines.append(
             f"| {q}{mark} | {_pct(r['accuracy'])} | {r['avg_exit']:.2f} | "
-            f"{_pct(r['executed_fraction'])} |"
+            f"{r['avg_exit_context']:.2f} | {_pct(r['executed_fraction'])} |"
         )
     lines += [
         "",

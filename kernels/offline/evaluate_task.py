@@ -42,12 +42,13 @@ def solve(
 
     Returns each scored position's correctness (``right``, (B, M)), per-sequence exact
     match over them (``solved``, (B,)), their top-1 accuracy and loss, each scored
-    position's exit loop (``exit``, (B, M)), the executed fraction of full-depth
-    token-loops (every position), the seconds per token of each batch's prefill and the
+    position's exit loop (``exit``, (B, M)), the mean exit loop of the other positions
+    (``context_exit``: the prompt and the next queries), the executed fraction of
+    full-depth token-loops (every position), the seconds per token of each batch's prefill and the
     largest peak KV bytes of a batch.
     """
     engine = Engine(loaded.model, rule, policy, loops=loops)
-    solved, rights, losses, exits, per_token_s = [], [], [], [], []
+    solved, rights, losses, exits, context, per_token_s = [], [], [], [], [], []
     executed = full = peak = 0
     for rows, rows_mask in zip(ids.split(batch), mask.split(batch), strict=True):
         start = time.perf_counter()
@@ -60,6 +61,7 @@ def solve(
         loss = F.cross_entropy(result.logits.float().transpose(1, 2), targets, reduction="none")
         losses.append(loss[rows_mask])  # (b, S) -> (M,)
         exits.append(result.exit_loop[rows_mask].view(len(rows), -1))  # (b, A)
+        context.append(result.exit_loop[~rows_mask])  # (b * (S - A),)
         executed += result.work.token_loops_executed
         full += result.work.token_loops_full
         peak = max(peak, result.cache.peak_bytes if result.cache is not None else 0)
@@ -69,6 +71,7 @@ def solve(
         "top1": torch.cat(rights).float().mean().item(),
         "loss": torch.cat(losses).mean().item(),
         "exit": torch.cat(exits),
+        "context_exit": torch.cat(context).float().mean().item(),
         "executed_fraction": executed / full,
         "per_token_s": per_token_s,
         "peak_kv_bytes": peak,
@@ -124,6 +127,7 @@ def evaluate_task(
         str(x): {
             "accuracy": accuracy(problems, run),
             "avg_exit": round(run["exit"].float().mean().item(), 3),
+            "avg_exit_context": round(run["context_exit"], 3),
             "executed_fraction": round(run["executed_fraction"], 4),
         }
         for x, run in runs.items()

@@ -57,24 +57,42 @@ def ponder_loss(
     return (expected - beta * entropy).mean(), entropy.mean().detach()
 
 
-def context_losses(losses: Tensor, mask: Tensor) -> Tensor:
-    """Per-loop losses for stage two's labels when only ``mask`` positions are scored
-    (a task's answer): every other position of a row takes the row's summed answer loss.
+def context_exit_losses(
+    losses: Tensor, mask: Tensor, scale: float, margin: float, lookahead: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Stage two's per-loop losses when only ``mask`` positions are scored (a task's
+    answer) and the other positions (the context) are labelled by what stopping costs.
 
-    A context position's own next token is unpredictable (a random digit), so its own gain
-    would label it "stop" at loop 1; but the answer reads its K/V at deeper loops, and
-    with best-available KV an exited position's later loops never happen. Its further
-    loops are worth what the answer still gains from them. (T, B, S), (B, S) -> (T, B, S).
+    A context position's own next token is unpredictable (a random letter), so its own gain
+    would stop it at loop 1; but the answer reads its K/V at deeper loops, and under
+    best-available KV an exited position's later K/V never exist. So ``losses`` holds K = T
+    runs, run k with the context stopping after loop k and the answer at full depth, and a
+    context position's "loss" at loop k is the row's summed answer loss of run k: its
+    loops are worth what the answer gains from them, with the K/V the engine really shows.
+    The row's context stops at the first k whose further loops gain at most ``margin`` (as
+    :func:`continue_targets` labels it), and its answer positions keep their own losses
+    from that run, the context K/V they will read.
+
+    Args:
+        losses: (K, T, B, S) per-loop losses of the K runs.
+        mask: (B, S) bool, the scored positions.
+    Returns:
+        (losses (T, B, S), the context's exit loop per row (B,)).
     """
-    answer = (losses * mask).sum(-1, keepdim=True)  # (T, B, 1)
-    return torch.where(mask, losses, answer)
+    row = (losses[:, -1] * mask).sum(-1)  # (K, B): the answer's loss at full depth
+    stop = continue_targets(row, scale, margin, lookahead) <= 0.5  # (K-1, B)
+    stop = torch.cat([stop, torch.ones_like(stop[:1])])  # the last loop always stops
+    exit_loop = stop.long().argmax(0) + 1  # (B,) first stopping loop
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    own = losses[exit_loop - 1, :, rows].movedim(0, 1)  # (T, B, S): that run's losses
+    return torch.where(mask, own, row[:, :, None]), exit_loop
 
 
 def continue_targets(
     losses: Tensor, scale: float, margin: float, lookahead: bool = False
 ) -> Tensor:
-    """Soft labels for "run loop t+1": sigmoid(scale (I_{t+1} - margin)), (T, B, S) ->
-    (T-1, B, S). The losses are detached here: labels never carry gradient.
+    """Soft labels for "run loop t+1": sigmoid(scale (I_{t+1} - margin)), (T, ...) ->
+    (T-1, ...). The losses are detached here: labels never carry gradient.
 
     With ``lookahead`` the gain is the best of any later loop, L_t - min_{u>t} L_u: an
     answer that only comes right at loop t+2 (a middle loop that does half the work, as a

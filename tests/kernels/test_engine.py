@@ -1,9 +1,12 @@
+from dataclasses import dataclass
+from typing import cast
+
 import pytest
 import torch
 
 from kernels import attention
 from kernels.engine import Engine, TokenRecord
-from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit
+from kernels.rules import ACT, Convergence, ExitRule, Fixed, LoopSignals, Ponder, QExit
 from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
@@ -71,6 +74,35 @@ def test_an_exiting_token_gets_the_logits_of_its_exit_loop(ouro_tiny, reference,
         torch.testing.assert_close(
             result.logits[row, 0], reference["step_logits"][t, row, 0], atol=ATOL, rtol=0
         )
+
+
+@dataclass(frozen=True)
+class AtLoop:
+    """Each position exits at a loop chosen in advance: ``loops[position]``."""
+
+    loops: tuple[int, ...]
+    name = "at-loop"
+    needs_logits = False
+
+    def exits(self, signals: LoopSignals) -> torch.Tensor:
+        return (signals.t >= torch.tensor(self.loops)[signals.position]) | signals.last
+
+
+def test_the_reference_with_exits_is_best_available_prefill(ouro_tiny, reference):
+    # given exits that mix every loop along the sequence (2 layers: each keeps its own K/V)
+    ids = reference["input_ids"]  # (B, S)
+    loops = tuple(1 + (5 * s) % 4 for s in range(ids.shape[1]))
+    exits = torch.tensor(loops).expand_as(ids)
+
+    # when the engine skips and the reference freezes the same positions
+    rule = cast(ExitRule, AtLoop(loops))  # the engine reads a rule's name, needs_logits, exits
+    result = Engine(ouro_tiny.model, rule, "best-available").prefill(ids)
+    out = ouro_tiny.model(ids, exits=exits)
+
+    # then every position's output agrees, and differs from never exiting
+    assert torch.equal(result.exit_loop.long(), exits)
+    torch.testing.assert_close(result.logits, out.step_logits[-1], atol=ATOL, rtol=0)
+    assert not torch.allclose(out.step_logits[-1], reference["step_logits"][-1], atol=1e-3)
 
 
 # -- skipping equals the slow per-token implementation -------------------------------------

@@ -5,7 +5,7 @@ from kernels.checkpoint import load_checkpoint
 from kernels.exits import stopping_distribution
 from kernels.offline import corpus
 from kernels.offline.objectives import (
-    context_losses,
+    context_exit_losses,
     continue_targets,
     gate_loss,
     per_loop_losses,
@@ -226,14 +226,26 @@ def tiny_addition(tmp_path, **changes) -> TrainConfig:
     return TrainConfig(**{**values, **changes})
 
 
-def test_context_positions_take_their_rows_answer_loss():
-    losses = torch.tensor([[[5.0, 1.0, 2.0]], [[5.0, 0.5, 1.0]]])  # (T=2, B=1, S=3)
-    mask = torch.tensor([[False, True, True]])
+def test_context_stops_where_the_answer_stops_gaining_and_is_labelled_by_it():
+    # given K = T = 3 runs (context stopping after loop k), B = 2 rows, S = 3 positions of
+    # which the last two are the answer; the answer's full-depth loss per run k:
+    # row 0: 4.0, 1.0, 0.99 -> loop 3 gains 0.01 < margin: the context stops after loop 2
+    # row 1: 4.0, 4.0, 1.0 -> loop 2 gains nothing, but loop 3 does: with lookahead, 3
+    losses = torch.zeros(3, 3, 2, 3)  # (K, T, B, S)
+    losses[:, -1, 0, 1:] = torch.tensor([4.0, 1.0, 0.99])[:, None] / 2
+    losses[:, -1, 1, 1:] = torch.tensor([4.0, 4.0, 1.0])[:, None] / 2
+    losses[1, 0, 0, 1:] = 7.0  # run 2's first loop: row 0's answer keeps these
+    mask = torch.tensor([[False, True, True]] * 2)
 
-    out = context_losses(losses, mask)
+    out, exit_loop = context_exit_losses(losses, mask, scale=50.0, margin=0.03, lookahead=True)
 
-    assert out[:, 0, 0].tolist() == [3.0, 1.5]  # the answer's summed loss, loop by loop
-    assert torch.equal(out[:, :, 1:], losses[:, :, 1:])
+    assert exit_loop.tolist() == [2, 3]
+    assert torch.allclose(out[:, 0, 0], torch.tensor([4.0, 1.0, 0.99]))  # context: by run
+    assert torch.allclose(out[:, 1, 0], torch.tensor([4.0, 4.0, 1.0]))
+    assert torch.equal(out[:, 0, 1:], losses[1, :, 0, 1:])  # answer: its run's own losses
+    assert torch.equal(out[:, 1, 1:], losses[2, :, 1, 1:])
+    _, without = context_exit_losses(losses, mask, scale=50.0, margin=0.03)
+    assert without.tolist() == [2, 1]  # next-loop gains alone stop row 1 at once
 
 
 def test_addition_training_lowers_both_stages_losses_on_answers_only(tmp_path):
@@ -249,10 +261,21 @@ def test_addition_training_lowers_both_stages_losses_on_answers_only(tmp_path):
             return ponder_loss(losses, out.gate_logits, cfg.beta, probe_mask)[0].item()
 
     def stage2_loss() -> float:
+        n = cfg.loops
         with torch.no_grad():
-            out = run.model(probe[:, :-1])
-            losses = context_losses(per_loop_losses(out.step_logits, probe[:, 1:]), probe_mask)
-            return gate_loss(out.gate_logits, losses, cfg.gain_scale, cfg.gain_margin).item()
+            runs = [
+                run.model(probe[:, :-1], exits=torch.where(probe_mask, n, k))
+                for k in range(1, n + 1)
+            ]
+            losses, exit_loop = context_exit_losses(
+                torch.stack([per_loop_losses(r.step_logits, probe[:, 1:]) for r in runs]),
+                probe_mask,
+                cfg.gain_scale,
+                cfg.gain_margin,
+            )
+            gates = torch.stack([r.gate_logits for r in runs])[exit_loop - 1, :, range(len(probe))]
+            gates = gates.movedim(0, 1)  # (T, B, S)
+            return gate_loss(gates, losses, cfg.gain_scale, cfg.gain_margin).item()
 
     before = stage1_loss()
 
