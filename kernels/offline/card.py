@@ -268,8 +268,8 @@ def _task_intro(s: dict[str, Any], n_loops: int) -> list[str]:
             f"seeds no training batch uses. {scored}"
             + (
                 " In stage one, loop t of an answer is trained on the letter t − 1 hops along "
-                "(at most the query's hops): the loops learn one hop each; stage two's gate "
-                "labels are the true answer's gains."
+                "(at most the query's hops): the loops learn one hop each; stage two labels an "
+                "answer's gates by its true gains."
                 if s.get("loop_targets")
                 else ""
             )

@@ -150,7 +150,9 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     # kept the prompt running as deep as the deepest answer (5.1 loops on average, 81.9%
     # of full-depth work at q = 0.7); stopping the whole prompt after loop 4 loses nothing
     # (100% at full depth, measured), so stage two labels it by what its exit really costs
-    # the answer (objectives.context_exit_losses).
+    # the answer (objectives.context_exit_losses). Default q (playground.json): the smallest
+    # within a point of full depth on the validation problems (seed -1, 256 problems):
+    # q = 0.75 98.6%, q = 0.8 99.7% with 63.2% of the full-depth token-loops.
     "hops": {
         "out": "kernels/models/hop-loop",
         "work_dir": "var/train/hop-loop",
