@@ -33,7 +33,7 @@ from kernels.offline.evaluate import heldout_ids
 from kernels.offline.evaluate_task import EVAL_SEED, accuracy, solve
 from kernels.rules import ACT, POLICIES, Convergence, ExitRule, Fixed, Ponder, QExit
 
-QS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+QS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0)
 KL_THRESHOLDS = (1e-1, 1e-2, 1e-3, 1e-4)
 ACT_EPS = (0.3, 0.1, 0.01)
 FIELDS = (
