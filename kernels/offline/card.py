@@ -273,6 +273,14 @@ def _task_intro(s: dict[str, Any], n_loops: int) -> list[str]:
                 if s.get("loop_targets")
                 else ""
             )
+            + (
+                f" From stage one's step {s['gate_warmup_steps']} on, "
+                f"{s['context_exits']:.0%} of the rows have their context stop after a loop "
+                f"drawn from 2…{n_loops - 1} (best-available KV, as the engine runs it), so the "
+                "answer's deeper loops learn to read the context's shallower K/V."
+                if s.get("context_exits")
+                else ""
+            )
             + " See `kernels/offline/hops.py`.",
             "",
         ]

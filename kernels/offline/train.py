@@ -63,6 +63,10 @@ class TrainConfig:
     curriculum_steps: int = 0
     # hops: stage one trains loop t on the letter t - 1 hops along (hops.loop_targets)
     loop_targets: bool = False
+    # A task's stage one, from gate_warmup_steps on: this share of rows has its context
+    # stop after a loop drawn from 2..T-1 (best-available KV, as the engine runs it), so
+    # the answer learns to read the context's shallower K/V (0: the context runs every loop)
+    context_exits: float = 0.0
     out: str = "kernels/models/pydoc-loop"
     work_dir: str = "var/train/pydoc-loop"
     seed: int = 0
@@ -150,9 +154,14 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     # kept the prompt running as deep as the deepest answer (5.1 loops on average, 81.9%
     # of full-depth work at q = 0.7); stopping the whole prompt after loop 4 loses nothing
     # (100% at full depth, measured), so stage two labels it by what its exit really costs
-    # the answer (objectives.context_exit_losses). Default q (playground.json): the smallest
-    # within a point of full depth on the validation problems (seed -1, 256 problems):
-    # q = 0.75 98.6%, q = 0.8 99.7% with 63.2% of the full-depth token-loops.
+    # the answer (objectives.context_exit_losses). Still, the answer read the context's
+    # deepest K/V in stage one: stopping the context after loop 3 lost 6.2 points, after
+    # loop 2 31 points (answers at full depth). With half of stage one's rows stopping their
+    # context early from step 2000 on (context_exits), stopping it after loop 2 loses
+    # nothing (measured on the stage-one model), and stage two's labels stop it there.
+    # Default q (playground.json) 0.7: on the validation problems (seed -1, 256 problems)
+    # the smallest q as right as full depth (q = 0.5 99.5%, 0.7 100% with 37.6% of the
+    # full-depth token-loops).
     "hops": {
         "out": "kernels/models/hop-loop",
         "work_dir": "var/train/hop-loop",
@@ -166,6 +175,7 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         "batch_size": 32,
         "curriculum_steps": 400,
         "loop_targets": True,
+        "context_exits": 0.5,
         "gain_lookahead": True,
         "gate_bias_init": -1.5,
         "stage1_steps": 3000,
@@ -330,6 +340,20 @@ def stage2_optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.Optimizer
     return torch.optim.Adam(model.model.early_exit_gate.parameters(), lr=cfg.gate_lr)
 
 
+def context_exits(cfg: TrainConfig, mask: Tensor, step: int) -> Tensor | None:
+    """Stage one's exit loop per position (B, S) of batch ``step``, from (seed, step) alone:
+    the answer at full depth, the context of ``context_exits`` of the rows stopping after a
+    loop drawn from 2..T-1 (loop 1's K/V are a token's embedding alone: no pair is read
+    there). None before ``gate_warmup_steps`` or without ``context_exits``."""
+    if not cfg.context_exits or step < cfg.gate_warmup_steps:
+        return None
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7 * 100_003 + step)
+    early = torch.rand(len(mask), generator=g) < cfg.context_exits  # (B,)
+    loop = torch.randint(2, cfg.loops, (len(mask),), generator=g)  # (B,)
+    rows = torch.where(early, loop, cfg.loops).to(mask.device)  # (B,)
+    return torch.where(mask, cfg.loops, rows[:, None])  # (B, S)
+
+
 def stage1_step(
     model: LoopedLM,
     opt: torch.optim.Optimizer,
@@ -340,11 +364,13 @@ def stage1_step(
     targets: Tensor | None = None,
 ) -> float:
     """One step of ``sum_t p_t L_t - beta H(p)``; L_t against ``targets`` (T, B, S) when
-    each loop has its own, else against the next tokens."""
+    each loop has its own, else against the next tokens; a task's context may stop early
+    (:func:`context_exits`)."""
     for group in opt.param_groups:
         group["lr"] = _lr(cfg, step) * group.get("lr_scale", 1.0)
     model.model.early_exit_gate.requires_grad_(step >= cfg.gate_warmup_steps)
-    out = model(tokens[:, :-1])
+    exits = None if mask is None else context_exits(cfg, mask, step)
+    out = model(tokens[:, :-1], exits=exits)
     targets = tokens[:, 1:] if targets is None else targets
     losses = per_loop_losses(out.step_logits, targets)  # (T, B, S)
     loss, _ = ponder_loss(losses, out.gate_logits, cfg.beta, mask)

@@ -15,6 +15,7 @@ from kernels.offline.train import (
     Run,
     TrainConfig,
     batch,
+    context_exits,
     parse_args,
     prepare_data,
     save_model,
@@ -248,9 +249,28 @@ def test_context_stops_where_the_answer_stops_gaining_and_is_labelled_by_it():
     assert without.tolist() == [2, 1]  # next-loop gains alone stop row 1 at once
 
 
+def test_stage_one_stops_a_share_of_rows_context_early_from_the_gate_warmup_on(tmp_path):
+    cfg = tiny_addition(tmp_path, loops=6, batch_size=400, context_exits=0.5)
+    _, mask = task_batch(cfg, 1, 0)
+
+    exits = context_exits(cfg, mask, cfg.gate_warmup_steps)
+    again, later = context_exits(cfg, mask, cfg.gate_warmup_steps), context_exits(cfg, mask, 21)
+
+    assert context_exits(cfg, mask, cfg.gate_warmup_steps - 1) is None
+    assert context_exits(TrainConfig(task="addition"), mask, 10**6) is None
+    assert exits is not None and again is not None and later is not None
+    assert torch.equal(exits, again)  # from (seed, step) alone
+    assert (exits[mask] == 6).all()  # the answer runs every loop
+    rows = exits[:, 0]  # a context position: one loop per row
+    assert (exits[~mask].view(len(mask), -1) == rows[:, None]).all()
+    assert set(rows.tolist()) == {2, 3, 4, 5, 6}
+    assert 0.4 < (rows < 6).float().mean().item() < 0.6
+    assert not torch.equal(exits, later)  # each step draws anew
+
+
 def test_addition_training_lowers_both_stages_losses_on_answers_only(tmp_path):
-    # given
-    cfg = tiny_addition(tmp_path)
+    # given (stage one's later half with some rows' context stopping early)
+    cfg = tiny_addition(tmp_path, context_exits=0.5)
     run = Run(cfg, prepare_data(cfg), torch.device("cpu"))
     probe, probe_mask = task_batch(cfg, stage=9, step=0)
 
