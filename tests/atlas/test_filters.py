@@ -118,3 +118,17 @@ def test_an_unknown_value_is_refused_naming_the_parameter(small_atlas, query, pa
     errors = _errors(query)
     assert list(errors) == [param]
     assert message in " ".join(errors[param])
+
+
+def test_facet_counts_drop_only_their_own_parameter(small_atlas) -> None:
+    # given a family and a modality chosen together
+    filterset = WorkFilter(
+        QueryDict("recurrence_family=universal&modality=vision"), queryset=Work.objects.all()
+    )
+    assert filterset.is_valid(), filterset.errors
+
+    # then ignoring one parameter still applies the other
+    without_family = {work.slug for work in filterset.queryset_without("recurrence_family")}
+    without_modality = {work.slug for work in filterset.queryset_without("modality")}
+    assert without_family == set(_slugs("modality=vision"))
+    assert without_modality == set(_slugs("recurrence_family=universal"))
