@@ -111,6 +111,7 @@ def test_works_are_newest_first_by_default_and_sortable(small_atlas) -> None:
         ("works=universal-transformers,nope", "works", "no work with slug nope"),
         ("works=Bad Slug", "works", "not work slugs: Bad Slug"),
         ("search=" + "x" * 201, "search", "at most 200 characters"),
+        ("works=" + "a," * 1000 + "b", "works", "at most 2000 characters (it has 2001)"),
         ("search=a%00b", "search", "Null characters are not allowed"),
     ],
 )
