@@ -105,7 +105,11 @@ def test_works_are_newest_first_by_default_and_sortable(small_atlas) -> None:
         ("recurrence_family=loopy", "recurrence_family", "allowed: universal, looped-lm"),
         ("modality=smell", "modality", "'smell' is not an allowed modality value"),
         ("topics=unheard-of", "topics", "allowed: 3d-reconstruction, adaptive-computation"),
-        ("ordering=random", "ordering", "allowed: newest, oldest, title"),
+        (
+            "ordering=random",
+            "ordering",
+            "'random' is not an allowed ordering value; allowed: newest, oldest, title",
+        ),
         ("month_from=2025-13", "month_from", "is not a year (YYYY) or a month (YYYY-MM)"),
         ("month_to=soon", "month_to", "is not a year (YYYY) or a month (YYYY-MM)"),
         ("works=universal-transformers,nope", "works", "no work with slug nope"),
