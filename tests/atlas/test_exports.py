@@ -241,6 +241,8 @@ def test_an_error_is_json_even_when_a_file_was_asked_for(client, small_atlas) ->
         (["Ada Lovelace"], "The Analytical Engine", "lovelace2026analytical"),
         ([], "On Loops: A Study", "loops2026"),
         (["Ł. Kaiser"], "T^2MLR", "kaiser2026t2mlr"),
+        (["Mary Ann Evans", "Ada Lovelace"], "Middlemarch", "evans2026middlemarch"),
+        (["Plato"], "The Republic", "plato2026republic"),
     ],
 )
 def test_citation_keys_are_ascii_surname_year_and_title_word(authors, title, key) -> None:

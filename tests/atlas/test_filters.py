@@ -105,12 +105,17 @@ def test_works_are_newest_first_by_default_and_sortable(small_atlas) -> None:
         ("recurrence_family=loopy", "recurrence_family", "allowed: universal, looped-lm"),
         ("modality=smell", "modality", "'smell' is not an allowed modality value"),
         ("topics=unheard-of", "topics", "allowed: 3d-reconstruction, adaptive-computation"),
-        ("ordering=random", "ordering", "allowed: newest, oldest, title"),
+        (
+            "ordering=random",
+            "ordering",
+            "'random' is not an allowed ordering value; allowed: newest, oldest, title",
+        ),
         ("month_from=2025-13", "month_from", "is not a year (YYYY) or a month (YYYY-MM)"),
         ("month_to=soon", "month_to", "is not a year (YYYY) or a month (YYYY-MM)"),
         ("works=universal-transformers,nope", "works", "no work with slug nope"),
         ("works=Bad Slug", "works", "not work slugs: Bad Slug"),
         ("search=" + "x" * 201, "search", "at most 200 characters"),
+        ("works=" + "a," * 1000 + "b", "works", "at most 2000 characters (it has 2001)"),
         ("search=a%00b", "search", "Null characters are not allowed"),
     ],
 )
@@ -118,3 +123,17 @@ def test_an_unknown_value_is_refused_naming_the_parameter(small_atlas, query, pa
     errors = _errors(query)
     assert list(errors) == [param]
     assert message in " ".join(errors[param])
+
+
+def test_facet_counts_drop_only_their_own_parameter(small_atlas) -> None:
+    # given a family and a modality chosen together
+    filterset = WorkFilter(
+        QueryDict("recurrence_family=universal&modality=vision"), queryset=Work.objects.all()
+    )
+    assert filterset.is_valid(), filterset.errors
+
+    # then ignoring one parameter still applies the other
+    without_family = {work.slug for work in filterset.queryset_without("recurrence_family")}
+    without_modality = {work.slug for work in filterset.queryset_without("modality")}
+    assert without_family == set(_slugs("modality=vision"))
+    assert without_modality == set(_slugs("recurrence_family=universal"))

@@ -79,3 +79,61 @@ def test_halting_draws_are_uniform_and_differ_by_loop():
 
     assert u1.min() >= 0 and u1.max() < 1 and abs(u1.mean().item() - 0.5) < 0.02
     assert (u1 != u2).float().mean() > 0.99
+
+
+def test_a_seeds_halting_draws_stay_the_same_so_stored_runs_replay():
+    # given draws for fixed (seed, position, loop), a seed past 31 bits and a negative one
+    seed = torch.tensor([0, 7, 2**40 + 3, -5])
+    position = torch.tensor([0, 1, 100, 3])
+    t = torch.tensor([1, 2, 3, 12])
+
+    draws = halting_uniform(seed, position, t)
+
+    # then they are the ones recorded runs were sampled with (multiples of 2**-24)
+    expected = torch.tensor([137538, 13535548, 4599632, 12844001]) / float(1 << 24)
+    assert torch.equal(draws, expected)
+
+
+def test_select_keeps_every_signal_of_the_chosen_tokens_in_their_order():
+    # given three tokens whose every signal differs
+    s = LoopSignals(
+        t=torch.tensor([1, 2, 3]),
+        n_loops=torch.tensor([4, 5, 6]),
+        cumulative=torch.tensor([0.1, 0.2, 0.3]),
+        kl=torch.tensor([1.0, 2.0, 3.0]),
+        gate=torch.tensor([0.4, 0.5, 0.6]),
+        gate_sum=torch.tensor([0.7, 0.8, 0.9]),
+        seed=torch.tensor([7, 8, 9]),
+        position=torch.tensor([10, 11, 12]),
+    )
+
+    picked = s.select(torch.tensor([2, 0]))
+
+    # then each field holds tokens 2 and 0, KL included
+    for name, values in vars(s).items():
+        assert torch.equal(getattr(picked, name), values[[2, 0]]), name
+
+
+def test_convergence_without_the_kl_signal_says_so():
+    with pytest.raises(ValueError, match="^the convergence rule needs the KL signal$"):
+        Convergence(1e-3).exits(signals([1], [4], [0.0]))
+
+
+def test_ponder_stops_only_when_the_draw_falls_below_lambda():
+    # given a token whose draw is exactly representable, and lambda equal to it or just above
+    one = signals(t=[2], n_loops=[4], cumulative=[0.0])
+    draw = halting_uniform(one.seed, one.position, one.t)
+    at = LoopSignals(**{**vars(one), "gate": draw})
+    above = LoopSignals(**{**vars(one), "gate": draw + 2**-24})
+
+    # then P(stop) = lambda: a draw equal to lambda does not stop, one below it does
+    assert Ponder().exits(at).tolist() == [False]
+    assert Ponder().exits(above).tolist() == [True]
+
+
+def test_act_stops_when_the_gates_sum_exactly_to_one_minus_eps_and_eps_may_be_zero():
+    s = signals(t=[1, 2], n_loops=[4, 4], cumulative=[0.0] * 2)
+    s = LoopSignals(**{**vars(s), "gate_sum": torch.tensor([0.75, 1.0])})
+
+    assert ACT(0.25).exits(s).tolist() == [True, True]
+    assert ACT(0.0).exits(s).tolist() == [False, True]
