@@ -207,18 +207,19 @@ def test_requests_arriving_together_each_add_one_chunk_a_step_and_join_together(
     for key in keys:
         batch.add(key, *REQUESTS[key])
 
+    def prefilled(key: str) -> int:
+        run = batch.runs[key]
+        if run.joined:  # its prefill's work went to its report
+            assert run.report is not None
+            return run.report.prompt_work.token_loops_executed
+        return run.prefilling.work.token_loops_executed if run.prefilling is not None else 0
+
     # when the batch steps until all three have joined
     executed, steps = 0, 0
     while not all(batch.runs[key].joined for key in keys):
         batch.step()
         steps += 1
-        work = sum(
-            batch.runs[key].report.prompt_work.token_loops_executed
-            if batch.runs[key].joined
-            else batch.runs[key].prefilling.work.token_loops_executed
-            for key in keys
-            if batch.runs[key].report is not None
-        )
+        work = sum(prefilled(key) for key in keys)
         # then no step did more than a chunk of prefill for each of the three
         assert work - executed <= 3 * chunk
         executed = work
