@@ -8,9 +8,9 @@
 
 A request joins once a row is free: its prompt is prefilled alone, by its own engine, in
 chunks of at most ``prefill_chunk`` positions (:class:`kernels.scheduler.PrefillSchedule`),
-at most ``prefill_chunk`` position-loops per step (one loop of a full chunk, or every loop
-of a short prompt), so a joining prompt adds at most that much work to each step of the
-rows already decoding. Once its prefill is done it is loaded
+at most ``prefill_chunk`` position-loops per step for each joining request (one loop of a
+full chunk, or every loop of a short prompt), so a joining prompt adds at most that much
+work to each step of the rows already decoding. Once its prefill is done it is loaded
 into the free row of the batch's cache between steps. Then each step runs one loop for
 every row (:class:`kernels.scheduler.Scheduler` plans it,
 :meth:`kernels.runner.StepRunner.run_step` computes it), each row with its own exit rule, q,
@@ -200,10 +200,16 @@ class ContinuousBatch:
 
     def _prefill_step(self, updates: dict[Hashable, RunUpdate]) -> None:
         """Prefill steps of joining requests, one request at a time, at most
-        ``prefill_chunk`` position-loops in all (one loop of a full chunk, or every loop
-        of a few short prompts); a request is admitted when a row is free, and a finished
-        prefill joins its row."""
-        spent = 0
+        ``prefill_chunk`` position-loops for each request that has a row to join (one
+        loop of a full chunk, or every loop of a few short prompts); a request is admitted
+        when a row is free, and a finished prefill joins its row.
+
+        The budget grows with the joiners so that a crowd arriving together joins in a
+        step or two instead of one request a step: each adds at most one chunk of work.
+        """
+        free = sum(row is None for row in self.scheduler.rows)
+        joiners = min(free, (self.joining is not None) + len(self.waiting))
+        budget, spent = self.prefill_chunk * max(1, joiners), 0
         while True:
             if self.joining is None:
                 if not self.waiting or self.scheduler.free_row() is None:
@@ -217,7 +223,7 @@ class ContinuousBatch:
             assert run.engine and run.prefilling and run.schedule
             while (step := run.schedule.plan()) is not None:
                 width = step.stop - step.start
-                if spent and spent + width > self.prefill_chunk:
+                if spent and spent + width > budget:
                     return
                 run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
                 spent += width

@@ -2,11 +2,13 @@
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from playground.models import Run, RunToken
@@ -23,26 +25,32 @@ def run_get(*, run_id: uuid.UUID | str) -> Run | None:
     return Run.objects.filter(pk=run_id).first()
 
 
-def run_active_count(*, visitor: str = "") -> int:
-    """Runs queued or running (of ``visitor`` when given): what the limits count."""
-    runs = Run.objects.filter(status__in=Run.ACTIVE)
-    return runs.filter(visitor=visitor).count() if visitor else runs.count()
+@dataclass(frozen=True)
+class ActiveCounts:
+    """What a submit's limits count among runs queued or running."""
+
+    total: int  # site-wide (PLAYGROUND_MAX_QUEUED)
+    slots: int  # the visitor's active-run slots in use (PLAYGROUND_VISITOR_ACTIVE)
+    siblings: int  # the visitor's siblings of the run being joined (COMPARE_SIBLINGS)
 
 
-def run_active_slots(*, visitor: str, joining: Run | None = None) -> int:
-    """The visitor's active-run slots in use: a run alone holds one, and a run with the
-    siblings started to compare with it (``Run.compare_of``) hold one between them.
-    ``joining`` is a run whose group is being joined: its own slot is not counted."""
-    runs = Run.objects.filter(status__in=Run.ACTIVE, visitor=visitor).order_by()
-    slots = runs.annotate(slot=Coalesce("compare_of_id", "id")).values_list("slot", flat=True)
-    if joining is not None:
-        slots = slots.exclude(slot=joining.pk)
-    return slots.distinct().count()
+def run_active_counts(*, visitor: str = "", joining: Run | None = None) -> ActiveCounts:
+    """The counts a submit checks, in one query (a submit is on every visitor's path).
 
-
-def run_sibling_active_count(*, run: Run, visitor: str) -> int:
-    """The visitor's siblings of ``run`` that are queued or running."""
-    return run.siblings.filter(status__in=Run.ACTIVE, visitor=visitor).count()
+    A run alone holds one of its visitor's slots, and a run with the siblings started to
+    compare with it (``Run.compare_of``) hold one between them. ``joining`` is a run whose
+    group is being joined: its own slot is not counted, its active siblings are.
+    """
+    slot = Coalesce("compare_of_id", "id")
+    mine = Q(visitor=visitor) if visitor else Q(pk__in=[])
+    others = ~Q(Exact(slot, joining.pk)) if joining is not None else Q()
+    joined = Q(compare_of=joining) if joining is not None else Q(pk__in=[])
+    counts = Run.objects.filter(status__in=Run.ACTIVE).aggregate(
+        total=Count("pk"),
+        slots=Count(slot, distinct=True, filter=mine & others),
+        siblings=Count("pk", filter=mine & joined),
+    )
+    return ActiveCounts(**counts)
 
 
 def run_stale_list(*, now=None) -> QuerySet[Run]:

@@ -2,11 +2,11 @@
 
 A run's life: ``run_submit`` validates and creates it ``queued`` and enqueues the Celery
 task once the transaction commits; the worker's ``workers.execution.run_execute`` claims
-it (``running``),
-streams the engine's events into ``RunToken`` rows and the run's Redis stream, and ends it
-``done``, ``cancelled`` or ``failed``. A worker that dies leaves a stale heartbeat:
-``run_fail_stale`` (run by viewers, submits and every worker at startup) marks such runs
-failed with the reason, so none stays ``running``.
+it (``running``), streams the engine's events into ``RunToken`` rows and the run's Redis
+stream, and ends it ``done``, ``cancelled`` or ``failed``. A worker that dies leaves a
+stale heartbeat: ``run_fail_stale`` (run by viewers, every worker at startup and a submit
+that a limit would otherwise refuse) marks such runs failed with the reason, so none stays
+``running``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def run_submit(
     """Validate, create a queued run and enqueue its generation once this commits.
 
     ``visitor`` (``playground.visitors``) is who submits, held to
-    ``PLAYGROUND_VISITOR_ACTIVE`` active-run slots (``selectors.run_active_slots``: a run
+    ``PLAYGROUND_VISITOR_ACTIVE`` active-run slots (``selectors.run_active_counts``: a run
     started to compare with ``compare_of`` shares that run's slot, and a run has at most
     ``COMPARE_SIBLINGS`` such siblings of one visitor active); ``owner_secret`` (a session's
     secret or an API cancel token) is what stopping the run will need, stored as its hash.
@@ -157,28 +157,15 @@ def run_submit(
     running.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
-    run_fail_stale()
-    limit = settings.PLAYGROUND_VISITOR_ACTIVE
-    if visitor and selectors.run_active_slots(visitor=visitor, joining=compare_of) >= limit:
-        raise VisitorLimit(
-            f"You already have {limit} runs queued or running (the limit per visitor, "
-            "PLAYGROUND_VISITOR_ACTIVE; a run compared with its siblings counts once); "
-            "wait for one to finish or stop it."
-        )
-    if (
-        compare_of is not None
-        and visitor
-        and selectors.run_sibling_active_count(run=compare_of, visitor=visitor) >= COMPARE_SIBLINGS
-    ):
-        raise VisitorLimit(
-            f"You already have {COMPARE_SIBLINGS} runs comparing with this one queued or "
-            "running; wait for them to finish or stop them."
-        )
-    if selectors.run_active_count() >= settings.PLAYGROUND_MAX_QUEUED:
-        raise QueueFull(
-            f"The playground is busy: {settings.PLAYGROUND_MAX_QUEUED} runs are already "
-            "queued or running. Try again in a minute."
-        )
+    refusal = _limit_refusal(visitor=visitor, joining=compare_of)
+    if refusal is not None:
+        # Runs whose worker died hold their slots until swept. Viewers and starting
+        # workers sweep too; a submit sweeps only when such runs may be what refuses it,
+        # which keeps the sweep's queries off every visitor's way to a first token.
+        run_fail_stale()
+        refusal = _limit_refusal(visitor=visitor, joining=compare_of)
+    if refusal is not None:
+        raise refusal
     run = Run.objects.create(
         prompt=prompt,
         model=model.name,
@@ -190,6 +177,29 @@ def run_submit(
     )
     transaction.on_commit(lambda: run_enqueue(run=run))
     return run
+
+
+def _limit_refusal(*, visitor: str, joining: Run | None) -> Exception | None:
+    """What refuses a submit by ``visitor`` (joining ``joining``'s group) now, if anything."""
+    counts = selectors.run_active_counts(visitor=visitor, joining=joining)
+    limit = settings.PLAYGROUND_VISITOR_ACTIVE
+    if visitor and counts.slots >= limit:
+        return VisitorLimit(
+            f"You already have {limit} runs queued or running (the limit per visitor, "
+            "PLAYGROUND_VISITOR_ACTIVE; a run compared with its siblings counts once); "
+            "wait for one to finish or stop it."
+        )
+    if joining is not None and visitor and counts.siblings >= COMPARE_SIBLINGS:
+        return VisitorLimit(
+            f"You already have {COMPARE_SIBLINGS} runs comparing with this one queued or "
+            "running; wait for them to finish or stop them."
+        )
+    if counts.total >= settings.PLAYGROUND_MAX_QUEUED:
+        return QueueFull(
+            f"The playground is busy: {settings.PLAYGROUND_MAX_QUEUED} runs are already "
+            "queued or running. Try again in a minute."
+        )
+    return None
 
 
 @transaction.atomic

@@ -192,6 +192,42 @@ def test_a_short_prompt_runs_all_its_loops_in_one_step_within_the_chunk(ouro_tin
     assert batch.scheduler.rows[0] is not None
 
 
+def test_requests_arriving_together_each_add_one_chunk_a_step_and_join_together(
+    ouro_tiny, reference
+):
+    # given a run decoding, a free row for each of three more, and a budget of one loop of
+    # the longest of their prompts a step for each joining request
+    keys = ["greedy", "fixed", "converge"]
+    loops = {key: reference[key][1]["prompt_tokens"] for key in keys}
+    chunk = max(loops.values())
+    batch = ContinuousBatch(ouro_tiny, max_rows=4, prefill_chunk=chunk)
+    batch.add("recompute", *REQUESTS["recompute"])
+    while not batch.runs["recompute"].joined:
+        batch.step()
+    for key in keys:
+        batch.add(key, *REQUESTS[key])
+
+    def prefilled(key: str) -> int:
+        run = batch.runs[key]
+        if run.joined:  # its prefill's work went to its report
+            assert run.report is not None
+            return run.report.prompt_work.token_loops_executed
+        return run.prefilling.work.token_loops_executed if run.prefilling is not None else 0
+
+    # when the batch steps until all three have joined
+    executed, steps = 0, 0
+    while not all(batch.runs[key].joined for key in keys):
+        batch.step()
+        steps += 1
+        work = sum(prefilled(key) for key in keys)
+        # then no step did more than a chunk of prefill for each of the three
+        assert work - executed <= 3 * chunk
+        executed = work
+
+    # and they joined together, in the steps one of them alone would take: a loop a step
+    assert steps <= ouro_tiny.config.total_ut_steps
+
+
 def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
     batch = ContinuousBatch(ouro_tiny, max_rows=2, max_loops=4)
 

@@ -28,7 +28,29 @@ def test_the_active_count_is_queued_plus_running(run_factory):
         run_factory(status=status)
 
     # then
-    assert selectors.run_active_count() == 3
+    assert selectors.run_active_counts().total == 3
+
+
+def test_the_active_counts_give_a_visitor_one_slot_per_compared_group(run_factory):
+    # given: a run of "a" with two active siblings (one slot), another run of "a" (a
+    # second slot), a finished sibling, and runs of "b"
+    first = run_factory(visitor="a", status="running")
+    run_factory(visitor="a", status="queued", compare_of=first)
+    run_factory(visitor="a", status="running", compare_of=first)
+    run_factory(visitor="a", status="done", compare_of=first)
+    run_factory(visitor="a", status="queued")
+    run_factory(visitor="b", status="queued", compare_of=first)
+    run_factory(visitor="b", status="running")
+
+    # when
+    alone = selectors.run_active_counts(visitor="a")
+    joining = selectors.run_active_counts(visitor="a", joining=first)
+    nobody = selectors.run_active_counts()
+
+    # then: joining the group leaves its slot out and counts the visitor's active siblings
+    assert (alone.total, alone.slots, alone.siblings) == (6, 2, 0)
+    assert (joining.total, joining.slots, joining.siblings) == (6, 1, 2)
+    assert (nobody.slots, nobody.siblings) == (0, 0)
 
 
 def test_a_running_run_is_stale_once_its_heartbeat_is_old(run_factory, settings):

@@ -155,6 +155,24 @@ def test_submit_first_clears_runs_whose_worker_died(settings, run_factory):
     assert dead.status == "failed" and "w@host" in dead.error
 
 
+@pytest.mark.django_db
+def test_a_submit_under_its_limits_leaves_the_sweep_to_viewers_and_workers(
+    settings, run_factory, django_assert_max_num_queries
+):
+    # given: a run whose worker died, and room in every limit
+    stale = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
+    dead = run_factory(status="running", heartbeat_at=stale, worker="w@host")
+
+    # when: the limits are counted in one query and the run is stored (in a savepoint)
+    with django_assert_max_num_queries(4):
+        run = services.run_submit(prompt=PROMPT, visitor="v")
+
+    # then
+    dead.refresh_from_db()
+    assert run.status == "queued"
+    assert dead.status == "running"
+
+
 # -- cancel
 
 
