@@ -303,8 +303,3 @@ class DepthKVCache:
     def entries(self) -> int:
         """Stored (position, loop) entries per layer: Σ terminal + Σ loop-store lengths."""
         return sum(self.e_len) + sum(sum(s.lens) for s in self.loops if s is not None)
-
-    def entry_bytes(self) -> int:
-        """Bytes of one K plus one V entry across all layers."""
-        n_kv, d = self.entry_shape
-        return 2 * self.n_layers * n_kv * d * torch.empty((), dtype=self.dtype).element_size()

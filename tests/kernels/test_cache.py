@@ -171,22 +171,6 @@ def test_appends_with_the_terminal_store_stacked_by_layer(ouro_tiny, reference):
     assert cache.live_bytes == allocated_bytes(cache)
 
 
-@pytest.mark.parametrize(("dtype", "size"), [(torch.float16, 2), (torch.float32, 4)])
-def test_an_entry_is_one_k_and_one_v_in_every_layer(dtype, size):
-    cache = DepthKVCache(
-        n_layers=3,
-        n_loops=2,
-        batch=1,
-        capacity=4,
-        n_kv_heads=2,
-        head_dim=5,
-        dtype=dtype,
-        device=torch.device("cpu"),
-    )
-
-    assert cache.entry_bytes() == 2 * 3 * 2 * 5 * size
-
-
 def test_equal_regions_are_read_as_one_batch():
     cache = _small_cache(batch=2)
     store = cache.loop(1, caps=[4, 4])
