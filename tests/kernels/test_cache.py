@@ -342,8 +342,9 @@ def test_set_row_reserves_for_the_tokens_to_come_within_the_capacity():
     cache = _small_cache(batch=2, capacity=40)
     store = cache.loop(1)
 
-    # room for 30 tokens to come, more than a growth step would give
+    # room for 30 tokens to come, more than a growth step would give, and none for row 1
     store.set_row(0, _entries(2, 0), _entries(2, 0), extra=30)
+    assert store.caps[1] == 0
     tensors = list(store.k)
     for i in range(30):
         store.append([0], _entries(1, i), _entries(1, i))
@@ -430,3 +431,43 @@ def test_commits_outside_the_cache_are_refused():
         cache.keep_loop(1, torch.ones(1, 2, dtype=torch.bool))
     with pytest.raises(AssertionError, match=r"kept is \(B, W\) bool"):
         cache.keep_loop(1, torch.ones(2, 2, dtype=torch.int8))
+
+
+def test_a_row_replaced_by_as_many_entries_as_its_region_holds_is_not_re_packed():
+    cache = _small_cache(batch=1, capacity=40)
+    store = cache.loop(1)
+    store.set_row(0, _entries(5, 0), _entries(5, 0))
+    tensors = list(store.k)
+
+    store.set_row(0, _entries(store.caps[0], 1), _entries(store.caps[0], 1))
+
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+
+
+def test_reloading_a_row_whose_loop_entries_fill_its_region_re_packs_nothing():
+    # given a row whose 4 positions all went past loop 1, in an 8-slot cache
+    cache = _small_cache(batch=1, capacity=8)
+    cache.load_row(0, _prefill(4, past_loop_1=[0, 1, 2, 3]))
+    store = cache.loops[0]
+    assert store is not None
+    tensors = list(store.k)
+
+    # when the next request's prefill has as many
+    cache.load_row(0, _prefill(4, past_loop_1=[0, 1, 2, 3]))
+
+    # then its entries went into the region the row had
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+    assert store.lens == [4]
+
+
+def test_a_loaded_row_has_room_for_the_tokens_it_will_decode():
+    cache = _small_cache(batch=1, capacity=40)
+
+    cache.load_row(0, _prefill(4, past_loop_1=[2]), extra=30)
+
+    store = cache.loops[0]
+    assert store is not None
+    tensors = list(store.k)
+    for i in range(30):
+        store.append([0], _entries(1, i), _entries(1, i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
