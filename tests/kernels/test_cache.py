@@ -471,3 +471,15 @@ def test_a_loaded_row_has_room_for_the_tokens_it_will_decode():
     for i in range(30):
         store.append([0], _entries(1, i), _entries(1, i))
     assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+
+
+def test_a_request_with_fewer_loops_leaves_the_deeper_stores_alone():
+    # given a 3-loop cache, and a 2-loop request with a loop-1 entry
+    cache = _small_cache(batch=1, capacity=8)
+
+    cache.load_row(0, _prefill(3, n_loops=2, past_loop_1=[1]))
+
+    # then only the loop-1 store holds it, and no loop-2 store is made
+    assert cache.loop_len(1, 0) == 1
+    assert cache.loops[1] is None
+    assert cache.live_bytes == allocated_bytes(cache)
