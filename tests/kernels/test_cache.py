@@ -289,7 +289,7 @@ def test_a_full_row_takes_no_more_tokens():
 
     cache.commit_token(0, loop=2)
     assert cache.e_len == [4] and cache.exit_loop[0, 3] == 2
-    with pytest.raises(AssertionError, match=r"row 0 is full \(4 slots\)"):
+    with pytest.raises(AssertionError, match=r"^row 0 is full \(4 slots\)$"):
         cache.commit_token(0, loop=2)
 
 
@@ -386,21 +386,21 @@ def test_writes_of_the_wrong_shape_or_dtype_are_refused_with_what_was_expected()
     cache = _small_cache(batch=2, capacity=4)
     k = torch.zeros(2, 3, 1, 2)
 
-    with pytest.raises(AssertionError, match=r"K/V \(2, 3, 1, 3\), expected \(2, 3, 1, 2\)"):
+    with pytest.raises(AssertionError, match=r"^K/V \(2, 3, 1, 3\), expected \(2, 3, 1, 2\)$"):
         cache.write_prefix(0, torch.zeros(2, 3, 1, 3), torch.zeros(2, 3, 1, 3))
-    with pytest.raises(AssertionError, match=r"K/V \(2, 3, 1, 2\), expected \(2, 3, 1, 2\)"):
+    with pytest.raises(AssertionError, match=r"^K/V \(2, 3, 1, 2\), expected \(2, 3, 1, 2\)$"):
         cache.write_prefix(0, k, torch.zeros(2, 3, 1, 1))
-    with pytest.raises(AssertionError, match="K/V dtype torch.float16, expected torch.float32"):
+    with pytest.raises(AssertionError, match="^K/V dtype torch.float16, expected torch.float32$"):
         cache.write_prefix(0, k.half(), k.half())
-    with pytest.raises(AssertionError, match="K/V dtype"):
+    with pytest.raises(AssertionError, match="^K/V dtype torch.float32, expected torch.float32$"):
         cache.write_prefix(0, k, k.half())
-    with pytest.raises(AssertionError, match="5 positions, capacity 4"):
+    with pytest.raises(AssertionError, match="^5 positions, capacity 4$"):
         cache.write_prefix(0, torch.zeros(2, 5, 1, 2), torch.zeros(2, 5, 1, 2))
     cache.write_prefix(0, torch.zeros(2, 4, 1, 2), torch.ones(2, 4, 1, 2))
     assert torch.equal(cache.e_v[0, :, :4], torch.ones(2, 4, 1, 2))
 
     rows, slots, kv = torch.tensor([0, 1]), torch.tensor([1]), torch.zeros(2, 1, 2)
-    with pytest.raises(AssertionError, match=r"rows \(2,\) vs slots \(1,\)"):
+    with pytest.raises(AssertionError, match=r"^rows \(2,\) vs slots \(1,\)$"):
         cache.write_terminal(0, rows, slots, kv, kv)
     cache.write_terminal(1, rows, torch.tensor([3, 0]), kv + 5, kv + 6)
     assert cache.e_k[1, 0, 3, 0].tolist() == [5.0, 5.0] and cache.e_v[1, 1, 0, 0, 0] == 6
@@ -409,27 +409,27 @@ def test_writes_of_the_wrong_shape_or_dtype_are_refused_with_what_was_expected()
 def test_commits_outside_the_cache_are_refused():
     cache = _small_cache(batch=2, capacity=4)
 
-    with pytest.raises(AssertionError, match="one length per row"):
+    with pytest.raises(AssertionError, match="^one length per row$"):
         cache.commit_prefill(torch.ones(2, 2), [2])
-    with pytest.raises(AssertionError, match="positions past capacity"):
+    with pytest.raises(AssertionError, match="^positions past capacity$"):
         cache.commit_prefill(torch.ones(2, 5), [5, 5])
-    with pytest.raises(AssertionError, match="positions past capacity"):
+    with pytest.raises(AssertionError, match="^positions past capacity$"):
         cache.commit_prefill(torch.ones(2, 2), [3, 1])
     cache.commit_prefill(torch.full((2, 2), 3), [2, 1], start=2)
     assert cache.exit_loop.tolist() == [[0, 0, 3, 3], [0, 0, 3, 3]]
     assert cache.e_len == [2, 1]
 
-    with pytest.raises(AssertionError, match=r"exit loop 4 outside 1\.\.3"):
+    with pytest.raises(AssertionError, match=r"^exit loop 4 outside 1\.\.3$"):
         cache.commit_token(1, loop=4)
-    with pytest.raises(AssertionError, match=r"exit loop 0 outside 1\.\.3"):
+    with pytest.raises(AssertionError, match=r"^exit loop 0 outside 1\.\.3$"):
         cache.commit_token(1, loop=0)
     cache.commit_token(1, loop=3)
     cache.commit_token(1, loop=1)
     assert cache.exit_loop[1].tolist() == [0, 3, 1, 3] and cache.e_len == [2, 3]
 
-    with pytest.raises(AssertionError, match=r"kept is \(B, W\) bool"):
+    with pytest.raises(AssertionError, match=r"^kept is \(B, W\) bool$"):
         cache.keep_loop(1, torch.ones(1, 2, dtype=torch.bool))
-    with pytest.raises(AssertionError, match=r"kept is \(B, W\) bool"):
+    with pytest.raises(AssertionError, match=r"^kept is \(B, W\) bool$"):
         cache.keep_loop(1, torch.ones(2, 2, dtype=torch.int8))
 
 
