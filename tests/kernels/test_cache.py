@@ -483,3 +483,15 @@ def test_a_request_with_fewer_loops_leaves_the_deeper_stores_alone():
     assert cache.loop_len(1, 0) == 1
     assert cache.loops[1] is None
     assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_a_store_made_from_a_prefill_holds_exactly_its_entries():
+    cache = _small_cache(batch=2, capacity=6)
+    kept = torch.tensor([[True, False, True, False], [False, False, False, True]])
+
+    cache.keep_loop(1, kept)
+
+    store = cache.loops[0]
+    assert store is not None
+    assert store.lens == store.caps == [2, 1]
+    assert cache.live_bytes == allocated_bytes(cache)
