@@ -446,8 +446,7 @@ def test_a_row_replaced_by_as_many_entries_as_its_region_holds_is_not_re_packed(
 
 def test_reloading_a_row_whose_loop_entries_fill_its_region_re_packs_nothing():
     # given a row whose 4 positions all went past loop 1, in an 8-slot cache
-    cache = _small_cache(batch=1, capacity=8)
-    cache.load_row(0, _prefill(4, past_loop_1=[0, 1, 2, 3]))
+    cache = _prefill(4, past_loop_1=[0, 1, 2, 3], capacity=8)
     store = cache.loops[0]
     assert store is not None
     tensors = list(store.k)
