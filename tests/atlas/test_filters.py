@@ -117,23 +117,59 @@ def test_works_are_newest_first_by_default_and_sortable(small_atlas) -> None:
         ("search=" + "x" * 201, "search", "at most 200 characters"),
         ("works=" + "a," * 1000 + "b", "works", "at most 2000 characters (it has 2001)"),
         ("search=a%00b", "search", "Null characters are not allowed"),
+        ("month_from=2025-00", "month_from", "'2025-00' is not a year (YYYY) or a month"),
+        ("month_to=0000", "month_to", "'0000' is not a year (YYYY) or a month"),
+        ("month_to=2025-1", "month_to", "'2025-1' is not a year (YYYY) or a month"),
+        ("month_from=2025-011", "month_from", "at most 7 characters (it has 8)"),
+        ("&".join(["modality=x"] * 21), "modality", "at most 20 values, not 21"),
+        ("works=" + ",".join(f"w{i}" for i in range(51)), "works", "at most 50 works at a time"),
+        ("works=ok,Bad,Worse", "works", "not work slugs: Bad, Worse"),
+        ("works=nope,universal-transformers,gone", "works", "no work with slug nope, gone"),
     ],
 )
-def test_an_unknown_value_is_refused_naming_the_parameter(small_atlas, query, param, message):
+def test_a_bad_value_is_refused_naming_the_parameter_and_what_is_wrong(
+    small_atlas, query, param, message
+):
     errors = _errors(query)
     assert list(errors) == [param]
     assert message in " ".join(errors[param])
 
 
-def test_facet_counts_drop_only_their_own_parameter(small_atlas) -> None:
-    # given a family and a modality chosen together
-    filterset = WorkFilter(
-        QueryDict("recurrence_family=universal&modality=vision"), queryset=Work.objects.all()
-    )
-    assert filterset.is_valid(), filterset.errors
+def test_the_month_bounds_take_a_year_as_its_first_and_last_month(small_atlas) -> None:
+    everything = set(_slugs(""))
+    assert set(_slugs("month_from=0001-01&month_to=9999-12")) == everything
+    assert _slugs("month_to=2025-12") == _slugs("month_to=2025")
+    assert _slugs("month_from=2025-01") == _slugs("month_from=2025")
 
-    # then ignoring one parameter still applies the other
-    without_family = {work.slug for work in filterset.queryset_without("recurrence_family")}
-    without_modality = {work.slug for work in filterset.queryset_without("modality")}
-    assert without_family == set(_slugs("modality=vision"))
-    assert without_modality == set(_slugs("recurrence_family=universal"))
+
+def test_repeated_and_empty_values_count_once(small_atlas) -> None:
+    vision = _slugs("modality=vision")
+    assert _slugs("&".join(["modality=vision"] * 20)) == vision
+    pair = ["universal-transformers", "loop-think-generalize"]
+    assert set(_slugs("works=" + ",".join(pair * 30))) == set(pair)
+    assert set(_slugs("works= universal-transformers,, loop-think-generalize ,")) == set(pair)
+    assert _slugs("works=") == _slugs("") == _slugs("search=%20%20")
+
+
+def test_each_facet_says_whether_its_values_combine_as_any_or_all() -> None:
+    fields = WorkFilter().form.fields
+    assert fields["recurrence_family"].help_text == "Any of these values."
+    assert fields["modality"].help_text == "All of these values."
+    assert fields["modality"].label == "Modality"
+    assert WorkFilter().form.__class__ is WorkFilter().form.__class__
+
+
+def test_narrowing_ignores_the_sort_and_facet_counts_can_drop_one_parameter(small_atlas):
+    def filterset(query: str) -> WorkFilter:
+        result = WorkFilter(QueryDict(query), queryset=Work.objects.all())
+        assert result.is_valid(), result.errors
+        return result
+
+    assert not filterset("ordering=title").narrows
+    assert filterset("modality=vision").narrows
+
+    both = filterset("modality=vision&recurrence_family=analysis&ordering=title")
+    without_modality = [w.slug for w in both.queryset_without("modality")]
+    assert set(without_modality) == set(_slugs("recurrence_family=analysis"))
+    assert without_modality == _slugs("recurrence_family=analysis&ordering=title")
+    assert set(both.queryset_without("recurrence_family")) == set(filterset("modality=vision").qs)

@@ -289,7 +289,7 @@ def test_a_full_row_takes_no_more_tokens():
 
     cache.commit_token(0, loop=2)
     assert cache.e_len == [4] and cache.exit_loop[0, 3] == 2
-    with pytest.raises(AssertionError, match=r"row 0 is full \(4 slots\)"):
+    with pytest.raises(AssertionError, match=r"^row 0 is full \(4 slots\)$"):
         cache.commit_token(0, loop=2)
 
 
@@ -299,3 +299,198 @@ def test_loop_len_counts_a_row_entries_at_each_loop_but_the_last():
 
     assert [cache.loop_len(t, 1) for t in (1, 2, 3)] == [2, 0, 0]
     assert cache.loop_len(1, 0) == 0
+
+
+def test_a_region_grows_by_a_sixteenth_and_at_least_sixteen_slots():
+    cache = _small_cache(batch=1, capacity=1000)
+    store = cache.loop(1)
+
+    # a small row's region grows by 16 slots at a time
+    store.append([0], _entries(1, 0), _entries(1, 0))
+    tensors = list(store.k)
+    for i in range(16):
+        store.append([0], _entries(1, i), _entries(1, i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+    store.append([0], _entries(1, 0), _entries(1, 0))
+    assert store.k[0] is not tensors[0]
+
+    # a large one by a sixteenth of its entries
+    store.set_row(0, _entries(320, 0), _entries(320, 0))
+    tensors = list(store.k)
+    for i in range(20):
+        store.append([0], _entries(1, i), _entries(1, i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+    store.append([0], _entries(1, 0), _entries(1, 0))
+    assert store.k[0] is not tensors[0]
+    assert store.lens == [341]
+    assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_a_region_grows_no_further_than_the_row_free_positions():
+    # given a row with 30 of its 40 positions taken
+    cache = _small_cache(batch=1, capacity=40)
+    cache.commit_prefill(torch.ones(1, 30, dtype=torch.int8), [30])
+    store = cache.loop(1)
+
+    # when it gets a loop entry, its region takes the 10 it can still need, not 16 more
+    store.append([0], _entries(1, 0), _entries(1, 0))
+
+    assert store.caps == [10]
+
+
+def test_set_row_reserves_for_the_tokens_to_come_within_the_capacity():
+    cache = _small_cache(batch=2, capacity=40)
+    store = cache.loop(1)
+
+    # room for 30 tokens to come, more than a growth step would give, and none for row 1
+    store.set_row(0, _entries(2, 0), _entries(2, 0), extra=30)
+    assert store.caps[1] == 0
+    tensors = list(store.k)
+    for i in range(30):
+        store.append([0], _entries(1, i), _entries(1, i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+
+    # more than the capacity: only what a row can hold
+    store.set_row(1, _entries(2, 0), _entries(2, 0), extra=100)
+    assert store.caps[1] == 40
+    assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_a_half_precision_cache_loads_a_row_without_loop_entries():
+    # given a float16 cache with loop-1 entries in row 0
+    cache = DepthKVCache(
+        n_layers=2,
+        n_loops=3,
+        batch=1,
+        capacity=8,
+        n_kv_heads=1,
+        head_dim=2,
+        dtype=torch.float16,
+        device=torch.device("cpu"),
+    )
+    entries = [e.half() for e in _entries(3, 0)]
+    cache.loop(1).set_row(0, entries, entries)
+    source = _prefill(2)
+    source.e_k, source.e_v = source.e_k.half(), source.e_v.half()
+    source.dtype = torch.float16
+
+    # when a prefill without loop entries replaces it
+    cache.load_row(0, source)
+
+    # then the row's loop entries are gone
+    assert cache.loop_len(1, 0) == 0
+    assert cache.entries() == 2
+
+
+def test_writes_of_the_wrong_shape_or_dtype_are_refused_with_what_was_expected():
+    cache = _small_cache(batch=2, capacity=4)
+    k = torch.zeros(2, 3, 1, 2)
+
+    with pytest.raises(AssertionError, match=r"^K/V \(2, 3, 1, 3\), expected \(2, 3, 1, 2\)$"):
+        cache.write_prefix(0, torch.zeros(2, 3, 1, 3), torch.zeros(2, 3, 1, 3))
+    with pytest.raises(AssertionError, match=r"^K/V \(2, 3, 1, 2\), expected \(2, 3, 1, 2\)$"):
+        cache.write_prefix(0, k, torch.zeros(2, 3, 1, 1))
+    with pytest.raises(AssertionError, match="^K/V dtype torch.float16, expected torch.float32$"):
+        cache.write_prefix(0, k.half(), k.half())
+    with pytest.raises(AssertionError, match="^K/V dtype torch.float32, expected torch.float32$"):
+        cache.write_prefix(0, k, k.half())
+    with pytest.raises(AssertionError, match="^5 positions, capacity 4$"):
+        cache.write_prefix(0, torch.zeros(2, 5, 1, 2), torch.zeros(2, 5, 1, 2))
+    cache.write_prefix(0, torch.zeros(2, 4, 1, 2), torch.ones(2, 4, 1, 2))
+    assert torch.equal(cache.e_v[0, :, :4], torch.ones(2, 4, 1, 2))
+
+    rows, slots, kv = torch.tensor([0, 1]), torch.tensor([1]), torch.zeros(2, 1, 2)
+    with pytest.raises(AssertionError, match=r"^rows \(2,\) vs slots \(1,\)$"):
+        cache.write_terminal(0, rows, slots, kv, kv)
+    cache.write_terminal(1, rows, torch.tensor([3, 0]), kv + 5, kv + 6)
+    assert cache.e_k[1, 0, 3, 0].tolist() == [5.0, 5.0] and cache.e_v[1, 1, 0, 0, 0] == 6
+
+
+def test_commits_outside_the_cache_are_refused():
+    cache = _small_cache(batch=2, capacity=4)
+
+    with pytest.raises(AssertionError, match="^one length per row$"):
+        cache.commit_prefill(torch.ones(2, 2), [2])
+    with pytest.raises(AssertionError, match="^positions past capacity$"):
+        cache.commit_prefill(torch.ones(2, 5), [5, 5])
+    with pytest.raises(AssertionError, match="^positions past capacity$"):
+        cache.commit_prefill(torch.ones(2, 2), [3, 1])
+    cache.commit_prefill(torch.full((2, 2), 3), [2, 1], start=2)
+    assert cache.exit_loop.tolist() == [[0, 0, 3, 3], [0, 0, 3, 3]]
+    assert cache.e_len == [2, 1]
+
+    with pytest.raises(AssertionError, match=r"^exit loop 4 outside 1\.\.3$"):
+        cache.commit_token(1, loop=4)
+    with pytest.raises(AssertionError, match=r"^exit loop 0 outside 1\.\.3$"):
+        cache.commit_token(1, loop=0)
+    cache.commit_token(1, loop=3)
+    cache.commit_token(1, loop=1)
+    assert cache.exit_loop[1].tolist() == [0, 3, 1, 3] and cache.e_len == [2, 3]
+
+    with pytest.raises(AssertionError, match=r"^kept is \(B, W\) bool$"):
+        cache.keep_loop(1, torch.ones(1, 2, dtype=torch.bool))
+    with pytest.raises(AssertionError, match=r"^kept is \(B, W\) bool$"):
+        cache.keep_loop(1, torch.ones(2, 2, dtype=torch.int8))
+
+
+def test_a_row_replaced_by_as_many_entries_as_its_region_holds_is_not_re_packed():
+    cache = _small_cache(batch=1, capacity=40)
+    store = cache.loop(1)
+    store.set_row(0, _entries(5, 0), _entries(5, 0))
+    tensors = list(store.k)
+
+    store.set_row(0, _entries(store.caps[0], 1), _entries(store.caps[0], 1))
+
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+
+
+def test_reloading_a_row_whose_loop_entries_fill_its_region_re_packs_nothing():
+    # given a row whose 4 positions all went past loop 1, in an 8-slot cache
+    cache = _prefill(4, past_loop_1=[0, 1, 2, 3], capacity=8)
+    store = cache.loops[0]
+    assert store is not None
+    tensors = list(store.k)
+
+    # when the next request's prefill has as many
+    cache.load_row(0, _prefill(4, past_loop_1=[0, 1, 2, 3]))
+
+    # then its entries went into the region the row had
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+    assert store.lens == [4]
+
+
+def test_a_loaded_row_has_room_for_the_tokens_it_will_decode():
+    cache = _small_cache(batch=1, capacity=40)
+
+    cache.load_row(0, _prefill(4, past_loop_1=[2]), extra=30)
+
+    store = cache.loops[0]
+    assert store is not None
+    tensors = list(store.k)
+    for i in range(30):
+        store.append([0], _entries(1, i), _entries(1, i))
+    assert all(a is b for a, b in zip(tensors, store.k, strict=True))
+
+
+def test_a_request_with_fewer_loops_leaves_the_deeper_stores_alone():
+    # given a 3-loop cache, and a 2-loop request with a loop-1 entry
+    cache = _small_cache(batch=1, capacity=8)
+
+    cache.load_row(0, _prefill(3, n_loops=2, past_loop_1=[1]))
+
+    # then only the loop-1 store holds it, and no loop-2 store is made
+    assert cache.loop_len(1, 0) == 1
+    assert cache.loops[1] is None
+    assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_a_store_made_from_a_prefill_holds_exactly_its_entries():
+    cache = _small_cache(batch=2, capacity=6)
+    kept = torch.tensor([[True, False, True, False], [False, False, False, True]])
+
+    cache.keep_loop(1, kept)
+
+    store = cache.loops[0]
+    assert store is not None
+    assert store.lens == store.caps == [2, 1]
+    assert cache.live_bytes == allocated_bytes(cache)

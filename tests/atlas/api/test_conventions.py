@@ -121,3 +121,37 @@ def test_reordered_and_repeated_parameters_share_one_etag_and_cache_entry(
     url = "/api/v1/export/?modality=language"
     as_csv, as_json = (client.get(url, HTTP_ACCEPT=media) for media in ("text/csv", "*/*"))
     assert as_csv["ETag"] != as_json["ETag"] and as_csv.content != as_json.content
+
+
+def test_every_refused_parameter_is_named_once_in_the_detail_and_the_errors(
+    client, small_atlas
+) -> None:
+    response = client.get("/api/v1/works/?modality=smell&ordering=random")
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body["errors"]) == {"modality", "ordering"}
+    assert all(len(messages) == 1 for messages in body["errors"].values())
+    assert body["detail"] == "; ".join(
+        f"{name}: {messages[0]}" for name, messages in body["errors"].items()
+    )
+
+
+def test_unknown_parameters_name_every_one_allowed_there(client, small_atlas) -> None:
+    paged = client.get("/api/v1/works/?zzz=1&aaa=2").json()["errors"]
+    unpaged = client.get("/api/v1/facets/?zzz=1").json()["errors"]["zzz"][0]
+
+    assert list(paged) == ["aaa", "zzz"]
+    assert paged["zzz"][0] == (
+        "unknown parameter; allowed: contribution, depth_control, depth_granularity, format,"
+        " kv_strategy, modality, month_from, month_to, ordering, page, page_size,"
+        " recurrence_family, search, topics, training_regime, works"
+    )
+    assert "page" not in unpaged and "format, kv_strategy" in unpaged
+
+
+def test_an_unknown_format_names_every_format_the_endpoint_offers(client, small_atlas) -> None:
+    response = client.get("/api/v1/export/?format=xml")
+    assert response.status_code == 400 and response["Content-Type"] == "application/json"
+    assert response.json()["errors"] == {
+        "format": ["'xml' is not a format this endpoint offers; allowed: json, csv, bibtex, ris"]
+    }
