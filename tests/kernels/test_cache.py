@@ -65,16 +65,7 @@ def test_memory_follows_exit_depths_not_loops_times_length(ouro_tiny, reference)
 
 def test_loop_stores_grow_per_row_and_keep_their_entries():
     # given
-    cache = DepthKVCache(
-        n_layers=2,
-        n_loops=3,
-        batch=2,
-        capacity=500,
-        n_kv_heads=1,
-        head_dim=2,
-        dtype=torch.float32,
-        device=torch.device("cpu"),
-    )
+    cache = _small_cache(batch=2, capacity=500)
     store = cache.loop(1)
 
     # when row 0 gets 100 entries and row 1 gets 10 (ragged rows)
@@ -94,15 +85,15 @@ def test_loop_stores_grow_per_row_and_keep_their_entries():
     assert cache.peak_bytes > cache.live_bytes  # re-packing held old and new at once
 
 
-def _small_cache(batch=3, capacity=40):
+def _small_cache(batch=3, capacity=40, n_loops=3, dtype=torch.float32):
     return DepthKVCache(
         n_layers=2,
-        n_loops=3,
+        n_loops=n_loops,
         batch=batch,
         capacity=capacity,
         n_kv_heads=1,
         head_dim=2,
-        dtype=torch.float32,
+        dtype=dtype,
         device=torch.device("cpu"),
     )
 
@@ -190,16 +181,7 @@ def test_equal_regions_are_read_as_one_batch():
 def _prefill(n, n_loops=3, past_loop_1=(), capacity=None):
     """A one-row prefill cache of n positions: position i's entries are i (+ layer), its
     exit loop 1, or 2 for the positions in past_loop_1 (kept in a loop-1 store)."""
-    cache = DepthKVCache(
-        n_layers=2,
-        n_loops=n_loops,
-        batch=1,
-        capacity=capacity or n,
-        n_kv_heads=1,
-        head_dim=2,
-        dtype=torch.float32,
-        device=torch.device("cpu"),
-    )
+    cache = _small_cache(batch=1, capacity=capacity or n, n_loops=n_loops)
     for layer in range(2):
         k = (torch.arange(n, dtype=torch.float32) + layer).view(1, n, 1, 1).expand(1, n, 1, 2)
         cache.write_prefix(layer, k.contiguous(), k.contiguous())
@@ -358,16 +340,7 @@ def test_set_row_reserves_for_the_tokens_to_come_within_the_capacity():
 
 def test_a_half_precision_cache_loads_a_row_without_loop_entries():
     # given a float16 cache with loop-1 entries in row 0
-    cache = DepthKVCache(
-        n_layers=2,
-        n_loops=3,
-        batch=1,
-        capacity=8,
-        n_kv_heads=1,
-        head_dim=2,
-        dtype=torch.float16,
-        device=torch.device("cpu"),
-    )
+    cache = _small_cache(batch=1, capacity=8, dtype=torch.float16)
     entries = [e.half() for e in _entries(3, 0)]
     cache.loop(1).set_row(0, entries, entries)
     source = _prefill(2)
