@@ -5,10 +5,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db.backends.signals import connection_created
 
+from playground import streams
 from playground.models import Run, RunToken
 
 
@@ -119,3 +121,14 @@ def owner_session(client) -> dict[str, str]:
         "owner_hash": secret_hash("the-session-secret"),
         "visitor": visitor_of_session("the-session-secret"),
     }
+
+
+@pytest.fixture
+def stream(settings, redis_url):
+    """The run streams on the real Redis (a database of its own, emptied first): its client."""
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    streams.stream_reset_client()
+    yield client
+    streams.stream_reset_client()

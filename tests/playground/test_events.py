@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import cast
 
 import pytest
-import redis
 from django.http import StreamingHttpResponse
 from django.test import AsyncClient
 from django.utils import timezone
@@ -333,17 +332,8 @@ def test_a_viewer_going_away_closes_its_stream_and_is_counted_off(run_factory):
 # -- the full stack's Redis stream
 
 
-@pytest.fixture
-def full_stack(settings, redis_url):
-    settings.REDIS_URL = redis_url
-    redis.Redis.from_url(redis_url).flushdb()
-    streams.stream_reset_client()
-    yield redis_url
-    streams.stream_reset_client()
-
-
 @pytest.mark.services
-def test_live_events_come_from_the_redis_stream_after_the_stored_ones(full_stack, run_factory):
+def test_live_events_come_from_the_redis_stream_after_the_stored_ones(stream, run_factory):
     # given: positions 0-2 stored and published, the rest still to come
     run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
     streams.publish_tokens(run_id=run.id, events=[make_event(p) for p in range(3)])
@@ -368,10 +358,10 @@ def test_live_events_come_from_the_redis_stream_after_the_stored_ones(full_stack
 
 
 @pytest.mark.services
-def test_the_stream_entries_are_keyed_by_position(full_stack, run_factory):
+def test_the_stream_entries_are_keyed_by_position(stream, run_factory):
     # given
     run = run_factory()
-    client = redis.Redis.from_url(full_stack)
+    client = stream
 
     # when: an event published twice (a replay) and the end
     streams.publish_tokens(run_id=run.id, events=[make_event(0), make_event(1)])
@@ -388,7 +378,7 @@ def test_the_stream_entries_are_keyed_by_position(full_stack, run_factory):
 
 
 @pytest.mark.services
-def test_tokens_stored_but_never_published_are_not_lost(full_stack, run_factory):
+def test_tokens_stored_but_never_published_are_not_lost(stream, run_factory):
     # given: the worker stored position 2 and died before publishing it; the sweep ended it
     run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
     streams.publish_tokens(run_id=run.id, events=[make_event(0), make_event(1)])
@@ -406,7 +396,7 @@ def test_tokens_stored_but_never_published_are_not_lost(full_stack, run_factory)
 
 
 @pytest.mark.services
-def test_a_position_missing_from_the_stream_is_read_from_the_store(full_stack, run_factory):
+def test_a_position_missing_from_the_stream_is_read_from_the_store(stream, run_factory):
     # given: the viewer has what was stored; then position 2's publish is lost
     run = run_factory(tokens=2, status="running", heartbeat_at=timezone.now())
 

@@ -4,7 +4,6 @@ import json
 from datetime import timedelta
 
 import pytest
-import redis
 from django.utils import timezone
 
 from playground import recording, streams
@@ -37,17 +36,6 @@ def clock(monkeypatch) -> Clock:
     monkeypatch.setattr(recording, "STOP_CHECK_EVERY_S", 2.0)
     monkeypatch.setattr(recording, "HEARTBEAT_EVERY_S", 4.0)
     return clock
-
-
-@pytest.fixture
-def stream(settings, redis_url):
-    """The run streams on the real Redis (a database of its own, emptied first)."""
-    settings.REDIS_URL = redis_url
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    streams.stream_reset_client()
-    yield client
-    streams.stream_reset_client()
 
 
 def stored(run: Run) -> list[int]:

@@ -3,7 +3,6 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
-import redis
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -564,22 +563,15 @@ def test_cancel_asks_only_that_run_to_stop(run_factory):
 
 
 @pytest.mark.services
-def test_a_run_cancelled_while_queued_ends_its_stream(run_factory, settings, redis_url):
+def test_a_run_cancelled_while_queued_ends_its_stream(run_factory, stream):
     # given
-    settings.REDIS_URL = redis_url
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    streams.stream_reset_client()
     run = run_factory()
 
     # when
-    try:
-        services.run_cancel(run=run)
-    finally:
-        streams.stream_reset_client()
+    services.run_cancel(run=run)
 
     # then
-    ((entry_id, fields),) = stream_entries(client, run)
+    ((entry_id, fields),) = stream_entries(stream, run)
     assert entry_id == streams.end_entry_id(-1).encode()
     assert fields[b"event"] == b"done"
     assert json.loads(fields[b"data"])["status"] == "cancelled"
@@ -717,22 +709,15 @@ def test_staleness_is_judged_at_the_time_given(settings, run_factory):
 
 
 @pytest.mark.services
-def test_a_failed_run_ends_its_stream_with_the_error(run_factory, settings, redis_url):
+def test_a_failed_run_ends_its_stream_with_the_error(run_factory, stream):
     # given
-    settings.REDIS_URL = redis_url
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    streams.stream_reset_client()
     run = run_factory(tokens=3, status="running", heartbeat_at=timezone.now())
 
     # when
-    try:
-        assert services.run_fail(run_id=run.id, reason="the GPU fell off")
-    finally:
-        streams.stream_reset_client()
+    assert services.run_fail(run_id=run.id, reason="the GPU fell off")
 
     # then the end entry comes after its last stored position
-    ((entry_id, fields),) = stream_entries(client, run)
+    ((entry_id, fields),) = stream_entries(stream, run)
     assert entry_id == streams.end_entry_id(2).encode()
     assert fields[b"event"] == b"error"
     assert json.loads(fields[b"data"]) == {"status": "failed", "error": "the GPU fell off"}
