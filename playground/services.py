@@ -179,7 +179,7 @@ def run_submit(
     return run
 
 
-def _limit_refusal(*, visitor: str, joining: Run | None) -> Exception | None:
+def _limit_refusal(*, visitor: str, joining: Run | None) -> VisitorLimit | QueueFull | None:
     """What refuses a submit by ``visitor`` (joining ``joining``'s group) now, if anything."""
     counts = selectors.run_active_counts(visitor=visitor, joining=joining)
     limit = settings.PLAYGROUND_VISITOR_ACTIVE
