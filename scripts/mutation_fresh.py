@@ -1,0 +1,63 @@
+"""Try the mutants no test reached in a fresh pytest process (``scripts/mutation``, after mutmut).
+
+mutmut forks each mutant's tests from a server that imported the code before a mutant was
+chosen, so code that runs at import time (a class body such as ``WorkFilter``'s, the
+``__init__`` of the filters it builds) runs unmutated, and no test is recorded against it:
+mutmut marks those mutants "no tests" and they read as survivors. Here each one runs in a
+new process with ``MUTANT_UNDER_TEST`` set before anything is imported, against its
+module's own test files, and the outcome is written back to mutmut's results: a failing (or
+uncollectable) suite kills it, a passing one leaves it a survivor.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS = ROOT / "mutants"
+NO_TESTS = 33  # mutmut's code for a mutant whose function no test executed
+PYTEST_FAILED = {1, 2}  # tests failed; collection failed (the mutant broke an import)
+
+
+def module_of(mutant: str) -> str:
+    """``atlas.filters.x__facet_filter__mutmut_3`` -> ``atlas.filters``."""
+    return mutant.split(".x", 1)[0]
+
+
+def test_files(module: str, selection: list[str]) -> list[str]:
+    """The selection's files named after the module (``test_filters.py``), else all of it."""
+    own = [path for path in selection if Path(path).name == f"test_{module.rsplit('.', 1)[-1]}.py"]
+    return own or selection
+
+
+def run_mutant(mutant: str, tests: list[str], pytest_args: list[str]) -> int:
+    env = {**os.environ, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": str(MUTANTS)}
+    command = [sys.executable, "-m", "pytest", "--rootdir=.", "-x", "-q", "--tb=no", "--no-header"]
+    return subprocess.run(
+        [*command, *pytest_args, *tests], cwd=MUTANTS, env=env, capture_output=True
+    ).returncode
+
+
+def main(modules: list[str]) -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    selection = config["pytest_add_cli_args_test_selection"]
+    for meta_path in sorted(MUTANTS.rglob("*.py.meta")):
+        meta = json.loads(meta_path.read_text())
+        codes = meta["exit_code_by_key"]
+        untested = [m for m, code in codes.items() if code == NO_TESTS and module_of(m) in modules]
+        for mutant in untested:
+            tests = test_files(module_of(mutant), selection)
+            code = run_mutant(mutant, tests, config["pytest_add_cli_args"])
+            if code in PYTEST_FAILED or code == 0:
+                codes[mutant] = 1 if code else 0
+                print(f"{mutant}: {'killed' if code else 'survived'} in a fresh process")
+            else:
+                print(f"{mutant}: pytest exited {code}; left as 'no tests'")
+            meta_path.write_text(json.dumps(meta, indent=4))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
