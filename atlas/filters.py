@@ -37,7 +37,7 @@ _MONTH_OR_YEAR = re.compile(r"^(\d{4})(?:-(\d{2}))?$")
 
 
 def _not_allowed(param: str, value: str, allowed: list[str]) -> forms.ValidationError:
-    return forms.ValidationError(not_allowed(param, value, allowed), code="invalid_choice")
+    return forms.ValidationError(not_allowed(param, value, allowed))
 
 
 class VocabularyField(django_filters.fields.MultipleChoiceField):
@@ -50,9 +50,7 @@ class VocabularyField(django_filters.fields.MultipleChoiceField):
     def to_python(self, value: object) -> list[str]:
         values = super().to_python(value)
         if len(values) > MAX_VALUES:
-            raise forms.ValidationError(
-                f"at most {MAX_VALUES} values, not {len(values)}", code="too_many"
-            )
+            raise forms.ValidationError(f"at most {MAX_VALUES} values, not {len(values)}")
         return list(dict.fromkeys(values))  # a repeated value counts once
 
     def validate(self, value: list[str]) -> None:
@@ -228,7 +226,7 @@ class WorkFilter(django_filters.FilterSet):
         return cls._form_class
 
     def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
-        return search_filter(queryset, value) if value.strip() else queryset
+        return search_filter(queryset, value)  # never blank: the field strips, "" is skipped
 
     def filter_ordering(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.order_by(*ORDERINGS[value])

@@ -1,10 +1,12 @@
 """The shared FilterSet: every parameter, its semantics and its errors."""
 
+from datetime import date
+
 import pytest
 from django.http import QueryDict
 
-from atlas.filters import WorkFilter
-from atlas.models import Work
+from atlas.filters import MonthField, SlugListField, WorkFilter
+from atlas.models import TOPIC, Work, WorkTag
 
 pytestmark = pytest.mark.django_db
 
@@ -140,6 +142,35 @@ def test_the_month_bounds_take_a_year_as_its_first_and_last_month(small_atlas) -
     assert set(_slugs("month_from=0001-01&month_to=9999-12")) == everything
     assert _slugs("month_to=2025-12") == _slugs("month_to=2025")
     assert _slugs("month_from=2025-01") == _slugs("month_from=2025")
+
+
+def test_a_year_bound_is_the_years_first_or_last_month() -> None:
+    assert MonthField().clean("2025") == date(2025, 1, 1)
+    assert MonthField(last=True).clean("2025") == date(2025, 12, 1)
+    assert MonthField(last=True).clean("2025-02") == date(2025, 2, 1)
+
+
+def test_the_works_parameter_takes_up_to_fifty_slugs() -> None:
+    fifty = [f"w{i}" for i in range(50)]
+    assert SlugListField().clean(",".join(fifty)) == fifty
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("month_from=2025-13", "'2025-13' is not a year (YYYY) or a month (YYYY-MM)"),
+        ("works=ok,Bad", "not work slugs: Bad"),
+        ("works=nope,universal-transformers", "no work with slug nope"),
+    ],
+)
+def test_a_refusal_is_the_whole_message_and_nothing_else(small_atlas, query, message) -> None:
+    assert list(_errors(query).values()) == [[message]]
+
+
+def test_a_facet_value_matches_that_facet_only(small_atlas) -> None:
+    work = Work.objects.get(slug="universal-transformers")
+    WorkTag.objects.create(work=work, facet=TOPIC, value="compression")
+    assert _slugs("contribution=compression") == ["resid-quant-kv-cache"]
 
 
 def test_repeated_and_empty_values_count_once(small_atlas) -> None:
