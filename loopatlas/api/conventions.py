@@ -82,8 +82,8 @@ class PageNumberPagination(pagination.PageNumberPagination):
             self.page_query_param: {"minimum": 1},
             self.page_size_query_param: {"minimum": 1, "maximum": MAX_PAGE_SIZE},
         }
-        for parameter in parameters:
-            parameter["schema"] |= bounds.get(parameter["name"], {})
+        for parameter in parameters:  # DRF's two: page and page_size
+            parameter["schema"] |= bounds[parameter["name"]]
         return parameters
 
 
@@ -105,7 +105,7 @@ class StrictFilterBackend(DjangoFilterBackend):
     def get_valid_filterset(self, request, queryset, view):
         filterset = self.get_filterset(request, queryset, view)
         allowed = {api_settings.URL_FORMAT_OVERRIDE, *getattr(view, "extra_query_params", ())}
-        paginator = getattr(view, "paginator", None)
+        paginator = view.paginator  # a GenericAPIView's; None when it does not page
         if paginator is not None:
             allowed |= {paginator.page_query_param, paginator.page_size_query_param}
         if filterset is not None:
@@ -183,12 +183,14 @@ def conditional(version: Callable[[], ContentVersion]):
 def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResponseBase:
     """The action's rendered answer, from the cache when it holds one."""
     seconds = settings.API_CACHE_SECONDS
-    cached = cache.get(key) if seconds else None
+    if not seconds:
+        return action(view, request, *args, **kwargs)
+    cached = cache.get(key)
     if cached is not None:
         content, headers = cached
         return HttpResponse(content, headers=headers)
     response = action(view, request, *args, **kwargs)
-    if seconds and response.status_code == 200:
+    if response.status_code == 200:
         response = view.finalize_response(request, response, *args, **kwargs)
         response.render()
         cache.set(key, (response.content, dict(response.items())), seconds)

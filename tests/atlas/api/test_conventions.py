@@ -1,6 +1,12 @@
 """The conventions of loopatlas/api/conventions.py, on the atlas's endpoints."""
 
+import time
+
 import pytest
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.test import APIRequestFactory
+from rest_framework.views import APIView
 
 from atlas.models import AtlasChange, Work
 from atlas.services import atlas_change_record
@@ -155,3 +161,36 @@ def test_an_unknown_format_names_every_format_the_endpoint_offers(client, small_
     assert response.json()["errors"] == {
         "format": ["'xml' is not a format this endpoint offers; allowed: json, csv, bibtex, ris"]
     }
+
+
+@pytest.mark.parametrize(
+    ("data", "body"),
+    [
+        (["the whole request"], {"non_field_errors": ["the whole request"]}),
+        ({"page_size": ["too big", "not whole"]}, {"page_size": ["too big", "not whole"]}),
+        (
+            {"params": {"q": ["above 1"], "loops": ["below 1"]}},
+            {"params": ["q: above 1", "loops: below 1"]},
+        ),
+    ],
+)
+def test_every_error_shape_becomes_one_detail_and_flat_messages(data, body) -> None:
+    request = Request(APIRequestFactory().get("/api/v1/works/", HTTP_ACCEPT="text/csv"))
+    handler = APIView().get_exception_handler()  # the configured one, conventions.py's
+    response = handler(ValidationError(data), {"request": request})
+    detail = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in body.items())
+    assert response.data == {"detail": detail, "errors": body}
+    assert request.accepted_media_type == "application/json"
+
+
+def test_a_cached_answer_lasts_api_cache_seconds(client, small_atlas, settings, monkeypatch):
+    # given an answer cached for a minute
+    settings.API_CACHE_SECONDS = 60
+    first = client.get("/api/v1/export/?format=csv")
+    # when a work changes in place (the data version stays)
+    Work.objects.filter(slug="universal-transformers").update(title="Renamed in place")
+    # then the cached answer is served within the minute, and a fresh one after it
+    assert client.get("/api/v1/export/?format=csv").content == first.content
+    later = time.time() + 61
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert b"Renamed in place" in client.get("/api/v1/export/?format=csv").content
