@@ -43,9 +43,9 @@ def _not_allowed(param: str, value: str, allowed: list[str]) -> forms.Validation
 class VocabularyField(django_filters.fields.MultipleChoiceField):
     """Several values from a vocabulary; an unknown one is refused naming the allowed ones."""
 
-    def __init__(self, *args, param: str, **kwargs) -> None:
+    def __init__(self, *, param: str, **kwargs) -> None:
         self.param = param
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
 
     def to_python(self, value: object) -> list[str]:
         values = super().to_python(value)
@@ -95,10 +95,10 @@ class TagFilter(VocabularyFilter):
 class MonthField(forms.CharField):
     """``YYYY`` or ``YYYY-MM``, as the first or the last month of that span."""
 
-    def __init__(self, *args, last: bool = False, **kwargs) -> None:
+    def __init__(self, *, last: bool = False, **kwargs) -> None:
         self.last = last
         kwargs.setdefault("max_length", 7)
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
 
     def clean(self, value: str) -> date | None:
         value = super().clean(value)
@@ -121,9 +121,9 @@ class MonthFilter(django_filters.Filter):
 class SlugListField(forms.CharField):
     """Comma-separated work slugs (as in ``/compare/?works=a,b,c``)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
         kwargs.setdefault("max_length", 2000)
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
 
     def clean(self, value: str) -> list[str]:
         slugs = [part.strip() for part in (super().clean(value) or "").split(",")]

@@ -1,12 +1,14 @@
-"""Try the mutants no test reached in a fresh pytest process (``scripts/mutation``, after mutmut).
+"""Try surviving mutants again in a fresh pytest process (``scripts/mutation``, after mutmut).
 
 mutmut forks each mutant's tests from a server that imported the code before a mutant was
 chosen, so code that runs at import time (a class body such as ``WorkFilter``'s, the
-``__init__`` of the filters it builds) runs unmutated, and no test is recorded against it:
-mutmut marks those mutants "no tests" and they read as survivors. Here each one runs in a
-new process with ``MUTANT_UNDER_TEST`` set before anything is imported, against its
-module's own test files, and the outcome is written back to mutmut's results: a failing (or
-uncollectable) suite kills it, a passing one leaves it a survivor.
+``__init__`` of the filters it builds) runs unmutated: its mutants survive whatever the
+tests check, and mutmut's map credits them to whichever test first imported the module.
+Here each survivor (and each mutant no test reached) that is not listed as equivalent runs
+in a new process with ``MUTANT_UNDER_TEST`` set before anything is imported, against its
+module's own test file (``test_<module>.py``) or else the tests mutmut recorded for it, and
+the outcome is written back to mutmut's results: a failing (or uncollectable) suite kills
+it, a passing one leaves it a survivor.
 """
 
 import json
@@ -18,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
-NO_TESTS = 33  # mutmut's code for a mutant whose function no test executed
+SURVIVED, NO_TESTS = 0, 33  # mutmut's codes: every test passed; no test executed it
 PYTEST_FAILED = {1, 2}  # tests failed; collection failed (the mutant broke an import)
 
 
@@ -27,10 +29,11 @@ def module_of(mutant: str) -> str:
     return mutant.split(".x", 1)[0]
 
 
-def test_files(module: str, selection: list[str]) -> list[str]:
-    """The selection's files named after the module (``test_filters.py``), else all of it."""
-    own = [path for path in selection if Path(path).name == f"test_{module.rsplit('.', 1)[-1]}.py"]
-    return own or selection
+def test_files(mutant: str, selection: list[str], recorded: dict[str, list[str]]) -> list[str]:
+    """The selection's file named after the module, else the tests recorded, else all."""
+    stem = module_of(mutant).rsplit(".", 1)[-1]
+    own = [path for path in selection if Path(path).name == f"test_{stem}.py"]
+    return own or recorded.get(mutant.split("__mutmut_")[0], []) or selection
 
 
 def run_mutant(mutant: str, tests: list[str], pytest_args: list[str]) -> int:
@@ -44,18 +47,27 @@ def run_mutant(mutant: str, tests: list[str], pytest_args: list[str]) -> int:
 def main(modules: list[str]) -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     selection = config["pytest_add_cli_args_test_selection"]
+    equivalent = config.get("equivalent_mutants", {})
+    stats = json.loads((MUTANTS / "mutmut-stats.json").read_text())
+    recorded = stats["tests_by_mangled_function_name"]
     for meta_path in sorted(MUTANTS.rglob("*.py.meta")):
         meta = json.loads(meta_path.read_text())
         codes = meta["exit_code_by_key"]
-        untested = [m for m, code in codes.items() if code == NO_TESTS and module_of(m) in modules]
-        for mutant in untested:
-            tests = test_files(module_of(mutant), selection)
+        retry = [
+            mutant
+            for mutant, code in codes.items()
+            if code in (SURVIVED, NO_TESTS)
+            and module_of(mutant) in modules
+            and mutant not in equivalent
+        ]
+        for mutant in retry:
+            tests = test_files(mutant, selection, recorded)
             code = run_mutant(mutant, tests, config["pytest_add_cli_args"])
             if code in PYTEST_FAILED or code == 0:
                 codes[mutant] = 1 if code else 0
                 print(f"{mutant}: {'killed' if code else 'survived'} in a fresh process")
             else:
-                print(f"{mutant}: pytest exited {code}; left as 'no tests'")
+                print(f"{mutant}: pytest exited {code}; left as it was")
             meta_path.write_text(json.dumps(meta, indent=4))
 
 
