@@ -27,7 +27,7 @@ the decode differs only in the rounding of batched matrix products. The events'
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,14 +163,67 @@ class ContinuousBatch:
             self.cancelled.add(key)
 
     def step(self) -> dict[Hashable, RunUpdate]:
-        """Run one prefill step of a joining request (which joins once its prefill is
+        """Run one prefill step of the joining requests (each joins once its prefill is
         done), then one loop for every row; return each run's new events (and summary
-        when it has left)."""
+        when it has left). The same as :meth:`joins` then :meth:`decode`."""
+        updates: dict[Hashable, RunUpdate] = {}
+        for part in (*self.joins(), self.decode()):
+            for key, update in part.items():
+                merged = updates.setdefault(key, RunUpdate())
+                merged.events.extend(update.events)
+                merged.summary = update.summary or merged.summary
+        return updates
+
+    def joins(self) -> Iterator[dict[Hashable, RunUpdate]]:
+        """The first half of a step: cancelled runs leave, and joining requests prefill
+        (:meth:`_prefill_budget`). Yields the cancelled runs' updates, then each joined
+        run's prompt events as soon as its prefill is done, so a server can hand them out
+        before the other joiners' prefills and the decode (:meth:`decode`, the second
+        half) are computed. Run it to its end before :meth:`decode`."""
         updates: dict[Hashable, RunUpdate] = {}
         for key in list(self.cancelled):
             self._leave(key, "stopped", updates)
         self.cancelled.clear()
-        self._prefill_step(updates)
+        if updates:
+            yield updates
+        budget, spent = self._prefill_budget(), 0
+        while True:
+            if self.joining is None:
+                if not self.waiting or self.scheduler.free_row() is None:
+                    return
+                self.joining = run = self.waiting.popleft()
+                run.engine = engine = request_engine(self.loaded, run.params)
+                run.report = RunReport(self.loaded, run.prompt, engine)
+                run.prefilling = engine.prefill_state([run.prompt])
+                run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
+            run = self.joining
+            assert run.engine and run.prefilling and run.schedule
+            while (step := run.schedule.plan()) is not None:
+                width = step.stop - step.start
+                if spent and spent + width > budget:
+                    return
+                run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
+                spent += width
+            self.joining = None
+            updates = {}
+            self._join(run, updates)
+            yield updates
+
+    def _prefill_budget(self) -> int:
+        """Position-loops of prefill in this step: at most ``prefill_chunk`` for each
+        request that has a row to join (one loop of a full chunk, or every loop of a few
+        short prompts), one request at a time; a request is admitted when a row is free.
+
+        The budget grows with the joiners so that a crowd arriving together joins in a
+        step or two instead of one request a step: each adds at most one chunk of work.
+        """
+        free = sum(row is None for row in self.scheduler.rows)
+        joiners = min(free, (self.joining is not None) + len(self.waiting))
+        return self.prefill_chunk * max(1, joiners)
+
+    def decode(self) -> dict[Hashable, RunUpdate]:
+        """The second half of a step: one loop for every row; the runs' new events."""
+        updates: dict[Hashable, RunUpdate] = {}
         plan = self.scheduler.plan()
         if plan is None:
             return updates
@@ -197,38 +250,6 @@ class ContinuousBatch:
                 self.engine.start_token(self.decoding, row, token, settings.settings)
             self.held = []
         return updates
-
-    def _prefill_step(self, updates: dict[Hashable, RunUpdate]) -> None:
-        """Prefill steps of joining requests, one request at a time, at most
-        ``prefill_chunk`` position-loops for each request that has a row to join (one
-        loop of a full chunk, or every loop of a few short prompts); a request is admitted
-        when a row is free, and a finished prefill joins its row.
-
-        The budget grows with the joiners so that a crowd arriving together joins in a
-        step or two instead of one request a step: each adds at most one chunk of work.
-        """
-        free = sum(row is None for row in self.scheduler.rows)
-        joiners = min(free, (self.joining is not None) + len(self.waiting))
-        budget, spent = self.prefill_chunk * max(1, joiners), 0
-        while True:
-            if self.joining is None:
-                if not self.waiting or self.scheduler.free_row() is None:
-                    return
-                self.joining = run = self.waiting.popleft()
-                run.engine = engine = request_engine(self.loaded, run.params)
-                run.report = RunReport(self.loaded, run.prompt, engine)
-                run.prefilling = engine.prefill_state([run.prompt])
-                run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
-            run = self.joining
-            assert run.engine and run.prefilling and run.schedule
-            while (step := run.schedule.plan()) is not None:
-                width = step.stop - step.start
-                if spent and spent + width > budget:
-                    return
-                run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
-                spent += width
-            self.joining = None
-            self._join(run, updates)
 
     def _join(self, run: BatchRun, updates: dict[Hashable, RunUpdate]) -> None:
         """A prefilled request takes the free row (its prompt's events come out now)."""

@@ -98,8 +98,8 @@ class RunControl:
             self.stop_reason = Run.Status.CANCELLED
         return bool(self.stop_reason)
 
-    def beat(self, force: bool = False) -> None:
-        if force or time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_S:
+    def beat(self) -> None:
+        if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_S:
             Run.objects.filter(pk=self.run_id, status=Run.Status.RUNNING).update(
                 heartbeat_at=timezone.now()
             )

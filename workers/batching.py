@@ -127,7 +127,8 @@ class BatchService:
                 time.sleep(RETRY_AFTER_S)
 
     def _serve_once(self) -> None:
-        """Apply the inbox, end runs past their limit, run one step and hand out its updates."""
+        """Apply the inbox, end runs past their limit, run one step and hand out its
+        updates (each joined run's prompt events before the step's decode)."""
         with self.wake:
             self.wake.wait_for(lambda: bool(self.inbox) or self.batch.busy)
             inbox, self.inbox = self.inbox, deque()
@@ -135,7 +136,11 @@ class BatchService:
             apply(self.batch)
         self._end_overdue()
         try:
-            updates = self.batch.step()
+            # a joined run's prompt events go out as soon as its prefill is done, not
+            # after the other joiners' prefills and the step's decode
+            for joined in self.batch.joins():
+                self._deliver(joined)
+            updates = self.batch.decode()
         except Exception as exc:  # every run in the batch fails with the reason
             logger.exception("batch step failed")
             self._fail_all(exc)

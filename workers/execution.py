@@ -97,7 +97,7 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
         params = generation_params(run)
         torch_threads_pin(settings.PLAYGROUND_TORCH_THREADS)  # this task thread's own
         loaded = resident_model(model.path)
-        control.beat(force=True)
+        control.beat()  # the claim's heartbeat stands unless loading the model took long
         handle = batch_submit(
             loaded,
             run.id,

@@ -14,8 +14,9 @@ from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
-from celery.signals import task_failure, worker_init, worker_ready
+from celery.signals import task_failure, task_postrun, task_prerun, worker_init, worker_ready
 from django.conf import settings
+from django.db import close_old_connections
 
 from playground import services
 from playground.checkpoints import model_catalog
@@ -66,6 +67,23 @@ def _worker_init(**kwargs: Any) -> None:
 
     if settings.PLAYGROUND_TORCH_THREADS > 0:
         torch.set_num_threads(settings.PLAYGROUND_TORCH_THREADS)
+
+
+@worker_init.connect
+def _worker_keeps_connections(**kwargs: Any) -> None:
+    """The worker's task threads keep their database connections between runs, up to
+    WORKER_DB_CONN_MAX_AGE seconds (Celery's closing is held off by CELERY_DB_REUSE_MAX)."""
+    for database in settings.DATABASES.values():  # read by each connection as it opens
+        database["CONN_MAX_AGE"] = settings.WORKER_DB_CONN_MAX_AGE
+    task_prerun.connect(_close_old_connections)
+    task_postrun.connect(_close_old_connections)
+
+
+def _close_old_connections(**kwargs: Any) -> None:
+    """Around each task, what Django does around each request: the thread's connection
+    is closed if it is past its age or broken (else its next query checks it first), and
+    kept otherwise."""
+    close_old_connections()
 
 
 @worker_ready.connect

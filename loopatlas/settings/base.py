@@ -263,6 +263,13 @@ CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_SEND_TASK_EVENTS = False
+# A worker's task threads keep their database connections between runs, for up to this
+# many seconds (``workers.tasks``), so a run's claim does not wait for a new connection;
+# Celery's own closing after every task is then held off (it closes only once every
+# 2 x CELERY_DB_REUSE_MAX tasks). The web process keeps DB_CONN_MAX_AGE (0): under ASGI
+# each request runs in a context of its own, so a kept connection would never be reused.
+WORKER_DB_CONN_MAX_AGE = env_int("WORKER_DB_CONN_MAX_AGE", 300)
+CELERY_DB_REUSE_MAX = 1000
 
 
 def _playground_models(raw: str) -> dict[str, Path]:

@@ -255,3 +255,34 @@ def test_lockstep_batching_gives_the_same_runs_in_more_steps(ouro_tiny):
     for key in keys[0]:
         assert_same_run(locked[key], piped[key])
     assert locked_steps > piped_steps
+
+
+def test_a_joined_runs_prompt_events_come_before_the_next_joiners_prefill_and_the_decode(
+    ouro_tiny, reference
+):
+    # given a run decoding and two requests arriving together, with budget for both
+    batch = ContinuousBatch(ouro_tiny, max_rows=3)
+    batch.add("recompute", *REQUESTS["recompute"])
+    while not batch.runs["recompute"].joined:
+        batch.step()
+    batch.add("greedy", *REQUESTS["greedy"])
+    batch.add("fixed", *REQUESTS["fixed"])
+    row = batch.scheduler.row_of("recompute")
+    assert row is not None
+    work = batch.decoding.works[row]
+    decoded = work.token_loops_executed
+
+    # when the first half of the step yields its first joined run
+    joins = batch.joins()
+    first = next(joins)
+
+    # then it holds that run's prompt events, before the other's prefill and the decode
+    prompt = [e.to_dict() for e in first["greedy"].events]
+    assert list(first) == ["greedy"]
+    assert_same_run(prompt, [e for e in reference["greedy"][0] if e["phase"] == "prompt"])
+    assert batch.runs["fixed"].report is None
+    assert work.token_loops_executed == decoded
+    # and the rest of the step prefills the other, then the decode runs a loop of each row
+    assert [list(part) for part in joins] == [["fixed"]]
+    batch.decode()
+    assert work.token_loops_executed == decoded + 1

@@ -214,12 +214,14 @@ def test_heartbeats_are_written_at_most_every_interval(run_factory, clock):
     assert beats(run) == long_ago
 
 
-def test_a_forced_beat_is_written_at_once_for_that_run_only(run_factory, clock):
+def test_a_beat_is_written_for_that_run_only(run_factory, clock):
     long_ago = timezone.now() - timedelta(hours=1)
     run = run_factory(status="running", heartbeat_at=long_ago)
     other = run_factory(status="running", heartbeat_at=long_ago)
+    control = RunControl(run)
+    clock.now += recording.HEARTBEAT_EVERY_S
 
-    RunControl(run).beat(force=True)
+    control.beat()
 
     assert beats(run) > long_ago
     assert beats(other) == long_ago
@@ -228,8 +230,10 @@ def test_a_forced_beat_is_written_at_once_for_that_run_only(run_factory, clock):
 def test_a_finished_run_gets_no_heartbeat(run_factory, clock):
     long_ago = timezone.now() - timedelta(hours=1)
     run = run_factory(status="failed", heartbeat_at=long_ago)
+    control = RunControl(run)
+    clock.now += recording.HEARTBEAT_EVERY_S
 
-    RunControl(run).beat(force=True)
+    control.beat()
 
     assert beats(run) == long_ago
 

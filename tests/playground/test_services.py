@@ -227,6 +227,28 @@ def test_execute_stores_what_the_engine_generates(direct_events):
 
 
 @pytest.mark.django_db
+def test_a_claim_starts_the_run_and_beats_its_heartbeat_in_one_update():
+    # given
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run = _submitted(max_new_tokens=2)
+
+    # when
+    with CaptureQueriesContext(connection) as queries:
+        execution.run_execute(run_id=run.id, worker="w@host")
+
+    # then before its first token is stored, the run was written once: claimed, beating
+    sql = [query["sql"] for query in queries.captured_queries]
+    first_token = next(
+        i for i, q in enumerate(sql) if q.startswith('INSERT INTO "playground_runtoken"')
+    )
+    updates = [q for q in sql[:first_token] if q.startswith('UPDATE "playground_run"')]
+    assert len(updates) == 1
+    assert '"status"' in updates[0] and '"heartbeat_at"' in updates[0]
+
+
+@pytest.mark.django_db
 def test_execute_is_a_no_op_for_a_run_already_finished():
     # given
     run = _submitted(max_new_tokens=4)

@@ -68,12 +68,14 @@ def test_a_cancelled_handle_ends_its_run_and_a_bad_one_queues_nothing():
 
 class TroubledGate(torch.nn.Module):
     """The exit gate (every loop of every step calls it), which can be made to raise on
-    its next call or to hold a step until released."""
+    its next call or to hold a step until released (only a call on ``hold_tokens``
+    tokens, if set: one decode row, say, and not a prompt's prefill)."""
 
     def __init__(self, gate: torch.nn.Module) -> None:
         super().__init__()
         self.gate = gate
         self.fail_next = False
+        self.hold_tokens: int | None = None
         self.entered, self.release = threading.Event(), threading.Event()
         self.release.set()
 
@@ -81,8 +83,9 @@ class TroubledGate(torch.nn.Module):
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("injected step failure")
-        self.entered.set()
-        self.release.wait()
+        if self.hold_tokens in (None, len(h)):
+            self.entered.set()
+            self.release.wait()
         return self.gate(h)
 
 
@@ -162,6 +165,33 @@ def test_submit_and_cancel_do_not_wait_for_a_step(troubled):
     assert strip(handle) == strip(generate_stream(resident_model(TINY), *RUNS["b"]))
     list(held)
     assert held.summary is not None and held.summary["stopped"] == "stopped"
+
+
+def test_a_joined_runs_prompt_events_are_handed_out_before_the_steps_decode(troubled):
+    # given the first decode step of a run held inside the model (its prefill is not)
+    loaded, gate = troubled
+    service = BatchService(loaded, max_rows=2)
+    prompt, params = RUNS["a"]
+    prompt_tokens = len(loaded.tokenizer.encode(prompt))
+    assert prompt_tokens > 1
+    gate.hold_tokens = 1
+    gate.release.clear()
+
+    # when the run is submitted
+    handle = service.submit("a", prompt, params)
+    events = iter(handle)
+
+    # then its prompt events reach the handle while the decode is held (before it, they
+    # would wait for the release), and nothing else does
+    pool = ThreadPoolExecutor(1)
+    prompts = pool.submit(lambda: [next(events) for _ in range(prompt_tokens)])
+    try:
+        assert [e.phase for e in prompts.result(timeout=10)] == ["prompt"] * prompt_tokens
+        assert gate.entered.wait(10) and handle.items.empty()
+    finally:
+        gate.release.set()
+        pool.shutdown()
+    assert strip([*prompts.result(), *events]) == strip(generate_stream(loaded, prompt, params))
 
 
 def test_a_run_past_its_time_limit_leaves_the_batch_and_the_others_go_on():

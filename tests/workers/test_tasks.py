@@ -1,7 +1,9 @@
 """The task bodies, called directly (no worker), and the worker's signal handlers."""
 
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
+import pytest
 from django.utils import timezone
 
 from playground import services
@@ -101,6 +103,47 @@ def test_a_pool_process_pins_torch_threads(settings):
         assert torch.get_num_threads() == before + 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_thread_keeps_its_database_connection_from_one_run_to_the_next(monkeypatch):
+    from celery.fixups.django import DjangoFixup
+    from celery.signals import task_postrun, task_prerun
+    from django.conf import settings
+    from django.db import connection
+
+    from workers.celery import app
+
+    # given a worker started as deployed (its settings, Celery's Django fixup)
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)  # restored after
+    tasks._worker_keeps_connections()
+    fixup = DjangoFixup(app).worker_fixup  # what closes a task's connections
+
+    def task() -> object:  # a task as the pool runs it: the signals around its body
+        fixup.on_task_prerun(sender=tasks.run_generate)
+        task_prerun.send(sender=tasks.run_generate)
+        assert Run.objects.count() == 0
+        opened = connection.connection  # the driver's connection the query went through
+        fixup.on_task_postrun(sender=tasks.run_generate)
+        task_postrun.send(sender=tasks.run_generate)
+        return opened
+
+    def thread() -> list[object]:
+        try:
+            return [task(), task()]
+        finally:
+            connection.close()
+
+    # when one task thread runs two tasks
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            first, second = pool.submit(thread).result()
+    finally:
+        task_prerun.disconnect(tasks._close_old_connections)
+        task_postrun.disconnect(tasks._close_old_connections)
+
+    # then the second used the first one's connection
+    assert first is not None and first is second
 
 
 def test_a_run_past_its_time_limit_fails_with_the_reason_and_the_worker_goes_on(db, settings):
