@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from kernels import attention
+from kernels.checkpoint import load_checkpoint
 from kernels.engine import Engine, TokenRecord
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, LoopSignals, Ponder, QExit
+from kernels.runner import Trace
 from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
@@ -257,6 +259,61 @@ def test_traced_full_depth_baseline_includes_the_logit_lens(ouro_tiny, prompts):
     assert skipped.flops_executed < full.flops_executed
 
 
+@pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
+def test_prefill_work_counts_each_computed_loop_head_and_frozen_projection(
+    ouro_tiny, prompts, policy
+):
+    # given exits at every loop, and no trace: one LM-head call per position, at its exit
+    engine = Engine(ouro_tiny.model, QExit(0.5), policy)
+
+    # when
+    prefill = engine.prefill(prompts)
+
+    # then every computed loop of a position counts its layers and the keys it saw (its
+    # position + 1), and recompute-kv projects each layer's K/V of a state frozen early
+    work, flops, loops = prefill.work, engine.flops, prefill.loops_computed
+    keys = (torch.arange(loops.shape[1]) + 1) * loops
+    n_real = sum(prefill.lengths)
+    frozen = int(((prefill.exit_loop > 0) & (prefill.exit_loop < 4)).sum())
+    assert frozen > 0 and work.head_tokens == n_real
+    projections = flops.kv_projection * flops.layers * frozen if policy == "recompute-kv" else 0
+    assert work.flops_executed == pytest.approx(
+        flops.loops(int(loops.sum()), float(keys.sum())) + flops.head * n_real + projections,
+        rel=1e-12,
+    )
+
+
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_decode_work_counts_each_tokens_full_depth_baseline(ouro_tiny, prompts, top_k):
+    # given two rows decoding, with and without a logit lens at every loop
+    engine = Engine(ouro_tiny.model, QExit(0.5), top_k=top_k)
+    work = Work()
+
+    # when
+    _, _, records = greedy(engine, prompts[:2], 4, work=work)
+
+    # then full depth would run all 4 loops of every token at its position, and the LM head
+    # at every loop (traced) or once
+    tokens = [r for rec in records for r in rec]
+    flops, heads = engine.flops, 4 if top_k else 1
+    assert work.token_loops_full == 4 * len(tokens) == 4 * 8
+    assert work.flops_full == pytest.approx(
+        sum(4 * flops.loops(1, r.position + 1) + heads * flops.head for r in tokens), rel=1e-12
+    )
+    assert work.token_loops_executed == sum(r.loops_computed for r in tokens) < 4 * len(tokens)
+
+
+def test_a_prefill_without_its_cache_cannot_be_decoded(ouro_tiny, prompts):
+    engine = Engine(ouro_tiny.model)
+    prefill = engine.prefill([prompts[1]], reserve=2, keep_cache=False)
+
+    with pytest.raises(ValueError) as error:
+        list(engine.decode(prefill, max_new_tokens=2))
+
+    assert prefill.cache is None
+    assert str(error.value) == "prefill was run with keep_cache=False; nothing to decode from"
+
+
 # -- loops beyond training, trace ---------------------------------------------------------------
 def test_more_loops_than_trained_extrapolate(ouro_tiny, prompts):
     engine = Engine(ouro_tiny.model, QExit(1.0), loops=6)
@@ -283,6 +340,62 @@ def test_trace_records_the_gate_and_a_logit_lens_per_computed_loop(ouro_tiny, re
     logits = reference["step_logits"][0, 0, 0]
     assert list(ids) == logits.topk(3).indices.tolist()
     torch.testing.assert_close(torch.tensor(probs), logits.softmax(-1).topk(3).values)
+
+
+def test_a_trace_without_a_lens_records_each_computed_loop_and_no_trace_nothing(ouro_tiny, prompts):
+    # given a convergence rule (a KL from loop 2 on), traced without a logit lens, and not
+    traced = Engine(ouro_tiny.model, Convergence(0.01), trace=True)
+    untraced = Engine(ouro_tiny.model, Convergence(0.01))
+
+    # when
+    _, _, records = greedy(traced, [prompts[1]], 4)
+    _, _, plain = greedy(untraced, [prompts[1]], 4)
+
+    # then each traced token has its loops' numbers, no KL at loop 1 and no lens
+    assert any(r.loops_computed >= 2 for r in records[0])
+    for record in records[0]:
+        n = record.loops_computed
+        assert len(record.gate_lambda) == len(record.exit_p) == len(record.cumulative) == n
+        assert record.kl[0] is None and all(isinstance(kl, float) for kl in record.kl[1:])
+        assert record.top == [[]] * n
+    # and an untraced token has none of them
+    assert [(r.token_id, r.exit_loop) for r in plain[0]] == [
+        (r.token_id, r.exit_loop) for r in records[0]
+    ]
+    assert all(r.gate_lambda == r.kl == r.top == [] for r in plain[0])
+
+
+def test_a_trace_reads_as_not_computed_beyond_each_positions_loops(ouro_tiny, prompts):
+    # given a traced prefill whose positions exit at different loops, and pads
+    prefill = Engine(ouro_tiny.model, QExit(0.5), top_k=2).prefill(prompts)
+    trace = prefill.trace
+    assert trace is not None
+
+    # then a (loop, position) not computed holds NaN, id -1 and probability 0
+    computed = torch.arange(4)[:, None] < prefill.loops_computed.flatten()[None, :]  # (T, B*S)
+    assert not computed.all()
+    for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
+        assert values[~computed].isnan().all()
+    assert (trace.top_ids[~computed] == -1).all() and (trace.top_probs[~computed] == 0).all()
+    assert (trace.top_ids[computed] >= 0).all() and not trace.cumulative[computed].isnan().any()
+
+
+def test_a_reset_trace_slot_reads_as_never_computed_and_the_others_keep_theirs():
+    # given a trace of 3 loops x 2 slots, every entry written
+    trace = Trace.empty(3, 2, 2, torch.device("cpu"))
+    for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
+        values.fill_(0.5)
+    trace.top_ids.fill_(7)
+    trace.top_probs.fill_(0.25)
+
+    # when
+    trace.reset(1)
+
+    # then
+    for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
+        assert values[:, 1].isnan().all() and (values[:, 0] == 0.5).all()
+    assert (trace.top_ids[:, 1] == -1).all() and (trace.top_ids[:, 0] == 7).all()
+    assert (trace.top_probs[:, 1] == 0).all() and (trace.top_probs[:, 0] == 0.25).all()
 
 
 @pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
@@ -407,3 +520,36 @@ def test_the_non_cpu_attention_path_matches_the_fused_one(ouro_tiny, prompts, mo
     # then
     assert explicit_run[1] == fused[1]
     torch.testing.assert_close(explicit_run[0].logits, fused[0].logits, atol=1e-5, rtol=0)
+
+
+def test_a_chunked_prefill_on_the_non_cpu_attention_path_equals_the_whole_one(
+    ouro_tiny, prompts, monkeypatch
+):
+    # given three rows prefilled whole on the fused path
+    engine = Engine(ouro_tiny.model, QExit(0.6))
+    rows = [prompts[2], prompts[1], prompts[0]]
+    whole = engine.prefill(rows)
+    monkeypatch.setattr(attention, "_use_fused_cpu", lambda q: False)
+
+    # when they are prefilled 4 positions a step on the explicit path other devices use
+    chunked = engine.prefill(rows, chunk=4)
+
+    # then
+    assert torch.equal(chunked.exit_loop, whole.exit_loop)
+    torch.testing.assert_close(chunked.logits, whole.logits, atol=ATOL, rtol=0)
+
+
+def test_a_bfloat16_model_prefills_in_chunks_and_decodes_as_it_does_whole(fixture_dir, prompts):
+    # given the checkpoint in bfloat16, two rows prefilled whole and 4 positions a step
+    engine = Engine(load_checkpoint(fixture_dir, device="cpu", dtype=torch.bfloat16).model)
+    rows = [prompts[2], prompts[1]]
+    whole = engine.prefill(rows, reserve=4)
+
+    # when
+    chunked = engine.prefill(rows, reserve=4, chunk=4)
+
+    # then both give bfloat16 logits that agree to bfloat16's precision, and decode alike
+    assert chunked.logits.dtype == whole.logits.dtype == torch.bfloat16
+    torch.testing.assert_close(chunked.logits, whole.logits, atol=0.05, rtol=0)
+    decoded = [(r.token_id, r.exit_loop) for r in engine.decode(chunked, max_new_tokens=4)]
+    assert decoded == [(r.token_id, r.exit_loop) for r in engine.decode(whole, max_new_tokens=4)]
