@@ -538,9 +538,8 @@ class StepRunner:
         return DecodeState(
             cache=cache,
             x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
-            state=TokenState.create(
-                b, self.config.vocab_size, self.dtype, self.device, kl, self.seed
-            ),
+            # each row's seed is its request's, set by start_token before the row runs
+            state=TokenState.create(b, self.config.vocab_size, self.dtype, self.device, kl),
             trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
             works=[Work() for _ in range(b)],
         )
