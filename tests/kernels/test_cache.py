@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from kernels.cache import DepthKVCache
+from kernels.checkpoint import load_checkpoint
 from kernels.engine import Engine
-from kernels.rules import QExit
+from kernels.rules import Fixed, QExit
 
 
 def allocated_bytes(cache: DepthKVCache) -> int:
@@ -263,6 +264,24 @@ def test_a_step_table_counts_toward_the_peak_only():
 
     assert cache.peak_bytes == live + 1000
     assert cache.live_bytes == live
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_decode_steps_mask_counts_toward_the_peak_in_the_models_dtype(fixture_dir, dtype):
+    # given two rows of 6 and 3 prompt positions whose tokens stop at loop 1, and the peak
+    # of the prefill forgotten
+    engine = Engine(load_checkpoint(fixture_dir, device="cpu", dtype=dtype).model, Fixed(1))
+    prefill = engine.prefill([[5, 6, 7, 8, 9, 10], [3, 4, 5]], reserve=1)
+    cache = prefill.kept_cache()
+    cache.peak_bytes = live = cache.live_bytes
+
+    # when one token per row is decoded: one step, storing nothing
+    records = decode_all(engine, prefill, 1)
+
+    # then the step held a mask of 2 rows x 7 slots (positions 0-6) in the model's dtype
+    assert [(r.position, r.exit_loop) for r in records] == [(6, 1), (3, 1)]
+    assert cache.live_bytes == live
+    assert cache.peak_bytes == live + 2 * 7 * dtype.itemsize
 
 
 def test_a_full_row_takes_no_more_tokens():
