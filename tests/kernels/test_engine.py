@@ -303,6 +303,20 @@ def test_decode_work_counts_each_tokens_full_depth_baseline(ouro_tiny, prompts, 
     assert work.token_loops_executed == sum(r.loops_computed for r in tokens) < 4 * len(tokens)
 
 
+def test_a_prefill_holds_cache_slots_for_its_prompt_and_what_it_reserves(ouro_tiny, prompts):
+    # given a joining request's prefill (a continuous batch loads it into a row of its own
+    # cache, so it reserves nothing) and one decoded from its own cache
+    engine = Engine(ouro_tiny.model)
+
+    # when
+    joining = engine.prefill_state([prompts[1], prompts[2]])
+    decoding = engine.prefill_state([prompts[1], prompts[2]], reserve=3)
+
+    # then
+    assert joining.cache.capacity == len(prompts[2])
+    assert decoding.cache.capacity == len(prompts[2]) + 3
+
+
 def test_a_prefill_without_its_cache_cannot_be_decoded(ouro_tiny, prompts):
     engine = Engine(ouro_tiny.model)
     prefill = engine.prefill([prompts[1]], reserve=2, keep_cache=False)
