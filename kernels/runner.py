@@ -95,7 +95,7 @@ class TokenState:
 
     @classmethod
     def create(
-        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int = 0
+        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int
     ) -> TokenState:
         return cls(
             remaining=torch.ones(n, device=device),
@@ -538,8 +538,9 @@ class StepRunner:
         return DecodeState(
             cache=cache,
             x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
-            # each row's seed is its request's, set by start_token before the row runs
-            state=TokenState.create(b, self.config.vocab_size, self.dtype, self.device, kl),
+            state=TokenState.create(
+                b, self.config.vocab_size, self.dtype, self.device, kl, self.seed
+            ),
             trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
             works=[Work() for _ in range(b)],
         )
