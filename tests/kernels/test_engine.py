@@ -1,3 +1,4 @@
+import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -300,7 +301,15 @@ def test_decode_work_counts_each_tokens_full_depth_baseline(ouro_tiny, prompts, 
     assert work.flops_full == pytest.approx(
         sum(4 * flops.loops(1, r.position + 1) + heads * flops.head for r in tokens), rel=1e-12
     )
+    # and each executed loop counts at its position, with one LM-head call per traced loop
+    # or one per token (at its exit)
     assert work.token_loops_executed == sum(r.loops_computed for r in tokens) < 4 * len(tokens)
+    assert work.head_tokens == sum(r.loops_computed if top_k else 1 for r in tokens)
+    assert work.flops_executed == pytest.approx(
+        sum(r.loops_computed * flops.loops(1, r.position + 1) for r in tokens)
+        + work.head_tokens * flops.head,
+        rel=1e-12,
+    )
 
 
 def test_a_prefill_holds_cache_slots_for_its_prompt_and_what_it_reserves(ouro_tiny, prompts):
@@ -315,6 +324,18 @@ def test_a_prefill_holds_cache_slots_for_its_prompt_and_what_it_reserves(ouro_ti
     # then
     assert joining.cache.capacity == len(prompts[2])
     assert decoding.cache.capacity == len(prompts[2]) + 3
+
+
+def test_rows_without_a_token_or_a_mask_of_another_batch_are_refused(ouro_tiny, prompts):
+    engine = Engine(ouro_tiny.model)
+    ids = torch.tensor([prompts[1], prompts[1]])
+
+    for rows in ([], [prompts[1], []]):
+        with pytest.raises(ValueError) as error:
+            engine.prefill(rows)
+        assert str(error.value) == "every row needs at least one token"
+    with pytest.raises(ValueError):
+        engine.prefill(ids, torch.ones(1, ids.shape[1], dtype=torch.long))
 
 
 def test_a_prefill_without_its_cache_cannot_be_decoded(ouro_tiny, prompts):
@@ -498,6 +519,22 @@ def test_a_queue_keeps_the_batch_full_and_each_request_unchanged(ouro_tiny, prom
             zip(alone[0], [r.exit_loop for r in records[0]], strict=True)
         )
     assert engine.queued_prefill_work.token_loops_executed > 0
+
+
+def test_only_queued_prompts_count_toward_the_queued_prefill_time(ouro_tiny, prompts):
+    # given an engine that decodes a batch without a queue, then one with a queued prompt
+    engine = Engine(ouro_tiny.model)
+    greedy(engine, [prompts[1]], 2)
+    assert engine.queued_prefill_s == engine.queued_prefill_cpu_s == 0.0
+    prefill = engine.prefill([prompts[1]], reserve=len(prompts[0]) + 2)
+
+    # when
+    start = time.perf_counter()
+    list(engine.decode(prefill, max_new_tokens=2, queue=iter([prompts[0]])))
+    elapsed = time.perf_counter() - start
+
+    # then the time of that prompt's prefill is part of the decode's
+    assert 0 < engine.queued_prefill_s < elapsed and engine.queued_prefill_cpu_s > 0
 
 
 def test_a_queued_prompt_too_long_for_the_cache_is_a_clear_error(ouro_tiny, prompts):
