@@ -146,6 +146,14 @@ def test_sampled_halting_replays_its_seed_and_matches_the_naive_draws(ouro_tiny,
     assert other.exit_loop[0].tolist() != first.exit_loop[0].tolist()
 
 
+def test_an_engine_draws_with_seed_zero_unless_given_one(ouro_tiny, prompts):
+    def exits(**seed):
+        return Engine(ouro_tiny.model, Ponder(), **seed).prefill([prompts[0]]).exit_loop
+
+    assert torch.equal(exits(), exits(seed=0))
+    assert not torch.equal(exits(), exits(seed=1))
+
+
 def test_the_test_rules_really_spread_exits(ouro_tiny, prompts):
     for rule in [*RULES[:3], *RULES[4:]]:
         prefill = Engine(ouro_tiny.model, rule).prefill([prompts[0]])
@@ -336,6 +344,7 @@ def test_rows_without_a_token_or_a_mask_of_another_batch_are_refused(ouro_tiny, 
         assert str(error.value) == "every row needs at least one token"
     with pytest.raises(ValueError):
         engine.prefill(ids, torch.ones(1, ids.shape[1], dtype=torch.long))
+    assert engine.prefill([prompts[1][:1], prompts[1]]).lengths == [1, len(prompts[1])]
 
 
 def test_a_prefill_without_its_cache_cannot_be_decoded(ouro_tiny, prompts):
@@ -406,7 +415,9 @@ def test_a_trace_reads_as_not_computed_beyond_each_positions_loops(ouro_tiny, pr
     trace = prefill.trace
     assert trace is not None
 
-    # then a (loop, position) not computed holds NaN, id -1 and probability 0
+    # then loop numbers are integers (indices), and a (loop, position) not computed holds
+    # NaN, id -1 and probability 0
+    assert prefill.exit_loop.dtype == prefill.loops_computed.dtype == torch.long
     computed = torch.arange(4)[:, None] < prefill.loops_computed.flatten()[None, :]  # (T, B*S)
     assert not computed.all()
     for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
