@@ -393,7 +393,7 @@ def test_a_trace_without_a_lens_records_each_computed_loop_and_no_trace_nothing(
 
     # when
     _, _, records = greedy(traced, [prompts[1]], 4)
-    _, _, plain = greedy(untraced, [prompts[1]], 4)
+    prefill, _, plain = greedy(untraced, [prompts[1]], 4)
 
     # then each traced token has its loops' numbers, no KL at loop 1 and no lens
     assert any(r.loops_computed >= 2 for r in records[0])
@@ -407,6 +407,8 @@ def test_a_trace_without_a_lens_records_each_computed_loop_and_no_trace_nothing(
         (r.token_id, r.exit_loop) for r in records[0]
     ]
     assert all(r.gate_lambda == r.kl == r.top == [] for r in plain[0])
+    assert prefill.trace is None
+    assert all(r.gate_lambda == r.top == [] for r in untraced.prompt_records(prefill))
 
 
 def test_a_trace_reads_as_not_computed_beyond_each_positions_loops(ouro_tiny, prompts):
