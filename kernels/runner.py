@@ -232,7 +232,7 @@ class StepRunner:
         self,
         model: LoopedLM,
         rule: ExitRule | None = None,
-        policy: str | KVPolicy = "best-available",
+        policy: str = "best-available",
         *,
         loops: int | None = None,
         top_k: int = 0,
@@ -241,7 +241,7 @@ class StepRunner:
     ) -> None:
         self.model, self.body, self.config = model, model.model, model.config
         self.rule = rule or QExit(1.0)
-        self.policy = kv_policy(policy) if isinstance(policy, str) else policy
+        self.policy = kv_policy(policy)
         self.n_loops = loops or self.config.total_ut_steps
         self.top_k = top_k
         self.seed = seed
