@@ -428,6 +428,24 @@ def test_a_trace_reads_as_not_computed_beyond_each_positions_loops(ouro_tiny, pr
     assert (trace.top_ids[computed] >= 0).all() and not trace.cumulative[computed].isnan().any()
 
 
+@pytest.mark.parametrize("loops", [4, 6])
+def test_each_tokens_stopping_distribution_ends_at_its_last_loop(ouro_tiny, prompts, loops):
+    # given full depth at the trained loop count and beyond it
+    engine = Engine(ouro_tiny.model, QExit(1.0), loops=loops, trace=True)
+
+    # when
+    prefill = engine.prefill([prompts[0]])
+
+    # then the last loop takes all the mass left: every position's exit probabilities sum
+    # to 1, and the cumulative reaches 1 there only
+    trace = prefill.trace
+    assert trace is not None
+    ones = torch.ones(len(prompts[0]))
+    torch.testing.assert_close(trace.exit_p.sum(0), ones)
+    torch.testing.assert_close(trace.cumulative[-1], ones)
+    assert (trace.cumulative[:-1] < 1 - 1e-3).all()
+
+
 def test_a_reset_trace_slot_reads_as_never_computed_and_the_others_keep_theirs():
     # given a trace of 3 loops x 2 slots, every entry written
     trace = Trace.empty(3, 2, 2, torch.device("cpu"))
