@@ -12,7 +12,14 @@ from bibtexparser.middlewares import LatexDecodingMiddleware
 from django.core.management import call_command
 from pylatexenc.latex2text import LatexNodes2Text, MacroTextSpec, get_default_latex_context_db
 
-from atlas.exports import CSV_COLUMNS, MONTHS, citation_key_base, month_label, venue_kind
+from atlas.exports import (
+    CSV_COLUMNS,
+    MONTHS,
+    citation_key_base,
+    export_csv,
+    month_label,
+    venue_kind,
+)
 from atlas.models import Work
 
 WORKS = 199
@@ -143,6 +150,17 @@ def test_ris_has_one_record_per_work(client, curated_atlas) -> None:
     assert deja["type_of_reference"] == "UNPB"
     assert "Laura Leal-Taixé" in deja["authors"] and deja["year"] == "2026"
     assert deja["name_of_database"].startswith("Loop Atlas (data version ")
+
+
+def test_a_csv_evidence_cell_is_sorted_json_in_its_own_characters_or_empty() -> None:
+    # given two works, one with evidence for two facets (given in reverse order), one without
+    blank = dict.fromkeys(CSV_COLUMNS)
+    evidence = {"kv_strategy": {"quote": "Schöne Grüße"}, "depth_control": {"page": 3}}
+    rows = [blank | {"slug": "a", "evidence": evidence}, blank | {"slug": "b", "evidence": {}}]
+    # when exported as CSV
+    cells = [row["evidence"] for row in csv.DictReader(io.StringIO(export_csv(rows, "v")))]
+    # then the evidence reads as sorted JSON with its characters kept, and nothing at all
+    assert cells == ['{"depth_control": {"page": 3}, "kv_strategy": {"quote": "Schöne Grüße"}}', ""]
 
 
 def test_csv_has_the_documented_header_and_one_row_per_work(client, curated_atlas) -> None:
