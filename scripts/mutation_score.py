@@ -46,6 +46,20 @@ def scores(mutants_dir: Path = ROOT / "mutants") -> dict[str, Counter[str]]:
     return by_module
 
 
+def stale_equivalents(mutants_dir: Path = ROOT / "mutants") -> list[str]:
+    """Equivalent-mutant entries of a mutated module that name no mutant of it any more
+    (the code changed and mutmut numbers its mutants afresh): each must be looked at again."""
+    names = {
+        mutant
+        for meta in mutants_dir.rglob("*.py.meta")
+        for mutant in json.loads(meta.read_text())["exit_code_by_key"]
+    }
+    modules = {module_of(name) for name in names}
+    return [
+        name for name in equivalent_mutants() if module_of(name) in modules and name not in names
+    ]
+
+
 def main(modules: list[str]) -> None:
     print(f"{'module':28} {'killed':>7} {'survived':>8} {'equiv':>6} {'unchecked':>9} {'score':>6}")
     for module, counts in sorted(scores().items()):
@@ -57,6 +71,8 @@ def main(modules: list[str]) -> None:
             f"{module:28} {counts['killed']:7} {counts['survived']:8} {counts['equivalent']:6}"
             f" {counts['unchecked']:9} {score:>6}"
         )
+    for name in stale_equivalents():
+        print(f"listed as equivalent but no such mutant: {name}")
 
 
 if __name__ == "__main__":
