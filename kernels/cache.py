@@ -49,8 +49,8 @@ class LoopStore:
         self.lens = [0] * cache.batch
         self.k: list[Tensor] = []  # per layer (N, nkv, d)
         self.v: list[Tensor] = []
-        self.caps: list[int] = [0] * cache.batch
-        self.offsets: list[int] = [0] * cache.batch
+        self.caps: list[int]  # set by _repack, which reads neither for an empty store
+        self.offsets: list[int]
         cache._account(3 * cache.batch * TABLE_ENTRY)  # offsets, caps, lens
         self._repack(caps)
 

@@ -6,7 +6,7 @@ chosen, so code that runs at import time (a class body such as ``WorkFilter``'s,
 tests check, and mutmut's map credits them to whichever test first imported the module.
 Here each survivor (and each mutant no test reached) that is not listed as equivalent runs
 in a new process with ``MUTANT_UNDER_TEST`` set before anything is imported, against its
-module's own test file (``test_<module>.py``) or else the tests mutmut recorded for it, and
+module's own test file (``test_<module>.py``) and the tests mutmut recorded for it, and
 the outcome is written back to mutmut's results: a failing (or uncollectable) suite kills
 it, a passing one leaves it a survivor.
 """
@@ -30,10 +30,13 @@ def module_of(mutant: str) -> str:
 
 
 def test_files(mutant: str, selection: list[str], recorded: dict[str, list[str]]) -> list[str]:
-    """The selection's file named after the module, else the tests recorded, else all."""
+    """The selection's file named after the module and the tests recorded for the mutant's
+    function (for import-time code those are only whichever test imported it first);
+    the whole selection when there are neither."""
     stem = module_of(mutant).rsplit(".", 1)[-1]
     own = [path for path in selection if Path(path).name == f"test_{stem}.py"]
-    return own or recorded.get(mutant.split("__mutmut_")[0], []) or selection
+    tests = recorded.get(mutant.split("__mutmut_")[0], [])
+    return own + sorted({test for test in tests if test.split("::")[0] not in own}) or selection
 
 
 def run_mutant(mutant: str, tests: list[str], pytest_args: list[str]) -> int:
