@@ -486,3 +486,23 @@ def test_a_store_made_from_a_prefill_holds_exactly_its_entries():
     assert store is not None
     assert store.lens == store.caps == [2, 1]
     assert cache.live_bytes == allocated_bytes(cache)
+
+
+def test_a_new_cache_holds_its_terminal_kv_a_byte_per_exit_and_no_entries() -> None:
+    # given the shape of a small half-precision model's cache
+    layers, loops, batch, capacity, heads, dim = 2, 4, 3, 10, 2, 8
+    cache = DepthKVCache(
+        n_layers=layers,
+        n_loops=loops,
+        batch=batch,
+        capacity=capacity,
+        n_kv_heads=heads,
+        head_dim=dim,
+        dtype=torch.float16,
+        device=torch.device("cpu"),
+    )
+    # then it holds K and V at 2 bytes, a 1-byte exit loop per slot and the rows' lengths
+    kv = 2 * layers * batch * capacity * heads * dim * 2
+    assert cache.live_bytes == cache.peak_bytes == kv + batch * capacity + batch * 8
+    # and no entries yet, in no loop store
+    assert cache.entries() == 0 and cache.loops == [None] * (loops - 1)
