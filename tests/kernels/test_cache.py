@@ -489,20 +489,11 @@ def test_a_store_made_from_a_prefill_holds_exactly_its_entries():
 
 
 def test_a_new_cache_holds_its_terminal_kv_a_byte_per_exit_and_no_entries() -> None:
-    # given the shape of a small half-precision model's cache
-    layers, loops, batch, capacity, heads, dim = 2, 4, 3, 10, 2, 8
-    cache = DepthKVCache(
-        n_layers=layers,
-        n_loops=loops,
-        batch=batch,
-        capacity=capacity,
-        n_kv_heads=heads,
-        head_dim=dim,
-        dtype=torch.float16,
-        device=torch.device("cpu"),
-    )
+    # given a small half-precision model's cache (2 layers, 1 head of 2 dims)
+    batch, capacity, loops = 3, 10, 4
+    cache = _small_cache(batch=batch, capacity=capacity, n_loops=loops, dtype=torch.float16)
     # then it holds K and V at 2 bytes, a 1-byte exit loop per slot and the rows' lengths
-    kv = 2 * layers * batch * capacity * heads * dim * 2
+    kv = 2 * 2 * batch * capacity * 1 * 2 * 2  # K and V, layers, slots, heads, dims, bytes
     assert cache.live_bytes == cache.peak_bytes == kv + batch * capacity + batch * 8
     # and no entries yet, in no loop store
     assert cache.entries() == 0 and cache.loops == [None] * (loops - 1)
