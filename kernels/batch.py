@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine
@@ -88,7 +88,9 @@ class ContinuousBatch:
         capacity: positions per row, prompt and new tokens (default the model's).
         lockstep: the baseline that continuous depth batching improves on: a row whose
             token stopped waits until every row's token has stopped (the deepest row
-            sets the pace). Output is the same; only the benchmarks use it.
+            sets the pace). ``"dense"`` computes the waiting rows in every step and drops
+            the results, as one static batch tensor does; ``"compact"`` skips them.
+            Output is the same; only the benchmarks use it.
         prefill_chunk: prompt positions a joining request prefills per step.
     """
 
@@ -99,11 +101,13 @@ class ContinuousBatch:
         max_rows: int = 8,
         max_loops: int | None = None,
         capacity: int | None = None,
-        lockstep: bool = False,
+        lockstep: Literal["dense", "compact"] | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
+        if lockstep not in (None, "dense", "compact"):
+            raise ValueError(f"lockstep must be 'dense', 'compact' or None, got {lockstep!r}")
         self.loaded, self.lockstep, self.prefill_chunk = loaded, lockstep, prefill_chunk
         self.capacity = capacity or loaded.config.max_position_embeddings
         self.held: list[tuple[int, int]] = []  # lockstep: (row, next token) not yet started
@@ -224,7 +228,7 @@ class ContinuousBatch:
     def decode(self) -> dict[Hashable, RunUpdate]:
         """The second half of a step: one loop for every row; the runs' new events."""
         updates: dict[Hashable, RunUpdate] = {}
-        plan = self.scheduler.plan()
+        plan = self.scheduler.plan(dense=self.lockstep == "dense")
         if plan is None:
             return updates
         stops = self.engine.run_step(plan, self.decoding)

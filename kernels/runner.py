@@ -564,7 +564,8 @@ class StepRunner:
     def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:
         """The step runner: one loop for every planned row, each at its own loop, with its
         own rule, policy and cap. Writes the cache only through its methods (a stopping
-        token's slot is committed) and returns, per planned row, "its token stopped".
+        token's slot is committed) and returns, per live planned row, "its token stopped"
+        (idle rows go through the layers, then are dropped).
         Host syncs: the attention plan's tables, and one read of the stops."""
         cache, body = decoding.cache, self.body
         rows = torch.tensor(plan.rows, device=self.device)  # (R,)
@@ -575,7 +576,12 @@ class StepRunner:
         attention = self._decode_plan(cache, plan, pos, t, caps, rules)
         cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
         x = decoding.x[rows]  # (R, H)
-        h = self._run_layers(x, cos, sin, self._cached_attend(cache, attention, rows, pos))
+        live = torch.tensor(plan.live_index, device=self.device) if plan.idle else None
+        attend = self._cached_attend(cache, attention, rows, pos, live)
+        h = self._run_layers(x, cos, sin, attend)
+        if live is not None:  # the idle rows' results are dropped: (R, …) -> (R_live, …)
+            plan, rows, pos, t, caps = plan.live(), rows[live], pos[live], t[live], caps[live]
+            h, cos, sin, rules = h[live], cos[live], sin[live], _plan_rules(plan, caps)
         scratch = Work()
         stop, headed = self._finish_loop(
             t, rows, pos, h, decoding.state, decoding.trace, scratch, rules
@@ -640,17 +646,21 @@ class StepRunner:
         return attention
 
     def _cached_attend(
-        self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor
+        self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor, live: Tensor | None
     ) -> Callable[[int], Attend]:
+        """Each layer's attention; ``live``: the rows that write their K/V (default all; an
+        idle row reads its stopped token's slot instead)."""
         stores = {
             t: store
             for t in set(plan.loops)
             if t < cache.n_loops and (store := cache.loops[t - 1]) is not None
         }
+        writes = slice(None) if live is None else live
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
-                cache.write_terminal(index, rows, pos, k, v)  # its own loop-t K/V
+                # its own loop-t K/V
+                cache.write_terminal(index, rows[writes], pos[writes], k[writes], v[writes])
                 terminal = (cache.e_k[index], cache.e_v[index])
                 return plan.attend(q[:, None], terminal, stores, index)[:, 0]
 

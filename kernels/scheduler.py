@@ -55,13 +55,37 @@ class RowState:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """What one step computes: for each planned row, its token's loop, cap and position."""
+    """What one step computes: for each planned row, its token's loop, cap and position.
+
+    ``idle`` (indices into the lists) names rows whose token has already stopped: a dense
+    lockstep batch computes them anyway, as one batch tensor does, and drops the results.
+    They read the cache like the others and change nothing (the benchmarks' baseline).
+    """
 
     rows: list[int]
     loops: list[int]
     caps: list[int]
     positions: list[int]
     settings: list[RowSettings]
+    idle: tuple[int, ...] = ()
+
+    @property
+    def live_index(self) -> list[int]:
+        """Indices of the rows whose results count."""
+        return [i for i in range(len(self.rows)) if i not in self.idle]
+
+    def live(self) -> StepPlan:
+        """This plan without its idle rows."""
+        if not self.idle:
+            return self
+        keep = self.live_index
+        return StepPlan(
+            rows=[self.rows[i] for i in keep],
+            loops=[self.loops[i] for i in keep],
+            caps=[self.caps[i] for i in keep],
+            positions=[self.positions[i] for i in keep],
+            settings=[self.settings[i] for i in keep],
+        )
 
 
 @dataclass(frozen=True)
@@ -108,26 +132,30 @@ class Scheduler:
             self.rows[row] = None
         return row
 
-    def plan(self) -> StepPlan | None:
-        """The next step's work, or None when no row has a token to compute."""
-        live = [(r, row) for r, row in enumerate(self.rows) if row and not row.waiting]
-        if not live:
+    def plan(self, dense: bool = False) -> StepPlan | None:
+        """The next step's work, or None when no row has a token to compute. ``dense``:
+        the waiting rows too, as idle rows at the loop and position their token stopped."""
+        if not any(row and not row.waiting for row in self.rows):
             return None
+        planned = [
+            (r, row) for r, row in enumerate(self.rows) if row and (dense or not row.waiting)
+        ]
         return StepPlan(
-            rows=[r for r, _ in live],
-            loops=[row.loop for _, row in live],
-            caps=[row.settings.n_loops for _, row in live],
-            positions=[row.position for _, row in live],
-            settings=[row.settings for _, row in live],
+            rows=[r for r, _ in planned],
+            loops=[row.loop for _, row in planned],
+            caps=[row.settings.n_loops for _, row in planned],
+            positions=[row.position for _, row in planned],
+            settings=[row.settings for _, row in planned],
+            idle=tuple(i for i, (_, row) in enumerate(planned) if row.waiting),
         )
 
     def advance(self, plan: StepPlan, stops: list[bool]) -> list[Done]:
-        """Apply a step's stops (one per planned row); returns the tokens that stopped.
+        """Apply a step's stops (one per live planned row); returns the tokens that stopped.
 
         A finished request's row is freed; any other stopped row waits for
         :meth:`next_token`."""
         done = []
-        for r, stop in zip(plan.rows, stops, strict=True):
+        for r, stop in zip(plan.live().rows, stops, strict=True):
             row = self.rows[r]
             assert row is not None
             row.computed += 1

@@ -244,17 +244,54 @@ def test_bad_requests_are_refused_and_queue_nothing(ouro_tiny):
     assert list(batch.runs) == ["ok"]
 
 
-def test_lockstep_batching_gives_the_same_runs_in_more_steps(ouro_tiny):
-    # given the same three runs, depth-pipelined and lockstep (each token waits for the
-    # deepest row of its wave)
-    keys = {0: ["greedy", "sampled", "recompute"]}
-    piped, _, piped_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3), keys)
-    locked, _, locked_steps = drive(ContinuousBatch(ouro_tiny, max_rows=3, lockstep=True), keys)
+@pytest.mark.parametrize("lockstep", ["dense", "compact"])
+def test_lockstep_changes_no_run_and_dense_lockstep_computes_every_held_row(
+    ouro_tiny, reference, lockstep
+):
+    # given four runs on different rules and KV policies, in a lockstep batch (each token
+    # waits for the deepest row of its wave)
+    keys = ["greedy", "sampled", "fixed", "recompute"]
+    _, _, piped_steps = drive(ContinuousBatch(ouro_tiny, max_rows=4), {0: keys})
+    batch = ContinuousBatch(ouro_tiny, max_rows=4, lockstep=lockstep)
+    for key in keys:
+        batch.add(key, *REQUESTS[key])
+    computed: list[int] = []  # rows through the shared layers in a loop call
+    hook = batch.engine.body.norm.register_forward_hook(
+        lambda _module, args, _out: computed.append(len(args[0]))
+    )
+    events: dict[Hashable, list[dict[str, Any]]] = {key: [] for key in keys}
+    steps: list[tuple[int, list[int]]] = []  # (rows held, rows computed) per decode
 
-    # then the output is the same, and waiting for the deepest row costs steps
-    for key in keys[0]:
-        assert_same_run(locked[key], piped[key])
-    assert locked_steps > piped_steps
+    # when it steps until every run has left
+    try:
+        while batch.busy:
+            for part in batch.joins():
+                for run, update in part.items():
+                    events[run].extend(e.to_dict() for e in update.events)
+            held = sum(row is not None for row in batch.scheduler.rows)
+            computed.clear()
+            for run, update in batch.decode().items():
+                events[run].extend(e.to_dict() for e in update.events)
+            if held:
+                steps.append((held, list(computed)))
+    finally:
+        hook.remove()
+
+    # then every run is what it is alone, and waiting for the deepest row costs steps
+    for key in keys:
+        assert_same_run(events[key], reference[key][0])
+    assert len(steps) > piped_steps
+    # and a dense step computes every held row in one call, a compact one only the live
+    assert all(len(calls) == 1 for _, calls in steps)
+    if lockstep == "dense":
+        assert all(calls == [held] for held, calls in steps)
+    else:
+        assert any(calls[0] < held for held, calls in steps)
+
+
+def test_an_unknown_lockstep_is_refused(ouro_tiny):
+    with pytest.raises(ValueError, match="lockstep must be 'dense', 'compact' or None"):
+        ContinuousBatch(ouro_tiny, max_rows=2, lockstep="loose")  # type: ignore[arg-type]
 
 
 def test_a_joined_runs_prompt_events_come_before_the_next_joiners_prefill_and_the_decode(

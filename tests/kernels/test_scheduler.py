@@ -196,3 +196,51 @@ def test_advance_takes_one_stop_per_planned_row():
 
     with pytest.raises(ValueError):
         scheduler.advance(plan, [True])
+
+
+def test_a_dense_plan_keeps_a_waiting_row_idle_where_its_token_stopped():
+    # given row 1's token stopped at loop 2 while rows 0 and 2 go on
+    scheduler = Scheduler(max_rows=3)
+    for row, key in enumerate("abc"):
+        scheduler.start(row, key, settings(n_loops=4 + row), token=row, position=3 + row)
+    step(scheduler, {})
+    step(scheduler, {1: True})
+
+    # when the step is planned dense (as a lockstep static batch computes it)
+    plan = scheduler.plan(dense=True)
+
+    # then every row is planned in row order, the waiting one idle at its stopped loop
+    assert plan is not None
+    assert (plan.rows, plan.loops, plan.caps, plan.positions) == (
+        [0, 1, 2],
+        [3, 2, 3],
+        [4, 5, 6],
+        [3, 4, 5],
+    )
+    assert plan.idle == (1,) and plan.live_index == [0, 2]
+    live = plan.live()
+    assert (live.rows, live.loops, live.caps, live.positions) == ([0, 2], [3, 3], [4, 6], [3, 5])
+    assert [s.n_loops for s in live.settings] == [4, 6]
+    assert live.idle == ()
+    # and a plan that is not dense leaves the waiting row out
+    plain = scheduler.plan()
+    assert plain is not None and plain.rows == [0, 2] and plain.idle == ()
+
+
+def test_advance_of_a_dense_plan_takes_stops_of_its_live_rows_only():
+    # given row 0 waiting for its next token and row 1 going on
+    scheduler = Scheduler(max_rows=2)
+    scheduler.start(0, "a", settings(), token=1, position=0)
+    scheduler.start(1, "b", settings(), token=2, position=0)
+    step(scheduler, {0: True})
+    plan = scheduler.plan(dense=True)
+    assert plan is not None and plan.idle == (0,)
+
+    # when the live row stops
+    (done,) = scheduler.advance(plan, [True])
+
+    # then it alone is reported, and the idle row still waits at its loop
+    assert (done.row, done.loops_computed) == (1, 2)
+    assert scheduler.plan(dense=True) is None
+    with pytest.raises(ValueError):
+        scheduler.advance(plan, [True, True])
