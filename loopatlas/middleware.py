@@ -10,26 +10,19 @@ refuses while its connection stays healthy, is a bug and stays a 500.
 
 import logging
 
-from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from loopatlas.outage import DATABASE_ERRORS, database_unreachable
+
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
 DATABASE_DOWN = "The database is unavailable (restarting?); retry in a few seconds."
 REDIS_DOWN = "The run queue (Redis) is unavailable; retry in a few seconds."
-
-
-def _database_unreachable() -> bool:
-    """Whether the connection is gone, not merely a statement refused on a live one."""
-    try:
-        return connection.connection is None or not connection.is_usable()
-    except Exception:  # a probe that fails is an answer too
-        return True
 
 
 def service_unavailable(request: HttpRequest, message: str) -> HttpResponse:
@@ -44,7 +37,7 @@ def service_unavailable(request: HttpRequest, message: str) -> HttpResponse:
 
 class ServiceUnavailableMiddleware(MiddlewareMixin):
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
-        if isinstance(exc, (OperationalError, InterfaceError)) and _database_unreachable():
+        if isinstance(exc, DATABASE_ERRORS) and database_unreachable():
             message = DATABASE_DOWN
         elif isinstance(exc, (RedisConnectionError, RedisTimeoutError, BrokerError)):
             message = REDIS_DOWN

@@ -22,7 +22,8 @@ since the worker stores each token before it publishes it, nothing is skipped. T
 is async (ASGI), every middleware in front of it is async-capable (so Django runs the
 chain on the event loop), and its database reads go through ``pooled``: a viewer waiting
 on Redis or sleeping between polls holds no thread and no database connection. An address
-may hold ``PLAYGROUND_VISITOR_STREAMS`` open streams; one more is a 429.
+may hold ``PLAYGROUND_VISITOR_STREAMS`` open streams; one more is a 429. A database
+restart mid-stream is waited out: the viewer gets pings, then the rest of the run.
 """
 
 import asyncio
@@ -42,6 +43,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
+from loopatlas.outage import DATABASE_ERRORS
 from playground import selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
@@ -225,9 +227,20 @@ class _Relay:
         self.last_sent = time.monotonic()
         return ": ping\n\n"
 
-    async def sweep_if_stale(self) -> None:
-        if selectors.run_is_stale(run=self.run):
-            await pooled(services.run_fail_stale)()
+    async def look(self) -> list[str]:
+        """On a quiet stream: the stored events past this viewer, then the end once the
+        run has finished (``ended``), else a sweep of stale runs. While the database is
+        unreachable there is nothing new: the stream waits it out with its pings."""
+        after, last_sent = self.after, self.last_sent
+        try:
+            chunks = await self.catch_up()
+            if not self.ended and selectors.run_is_stale(run=self.run):
+                await pooled(services.run_fail_stale)()
+        except DATABASE_ERRORS as exc:
+            logger.warning("run %s: database unreachable (%s), stream waits", self.run.id, exc)
+            self.after, self.last_sent = after, last_sent
+            return []
+        return chunks
 
 
 async def run_event_stream(*, run: Run, after: int = -1) -> AsyncGenerator[str]:
@@ -241,13 +254,12 @@ async def run_event_stream(*, run: Run, after: int = -1) -> AsyncGenerator[str]:
 
 async def _from_database(relay: _Relay) -> AsyncIterator[str]:
     while True:
-        for chunk in await relay.catch_up():
+        for chunk in await relay.look():
             yield chunk
         if relay.ended:
             return
         if ping := relay.ping():
             yield ping
-        await relay.sweep_if_stale()
         await asyncio.sleep(POLL_S)
 
 
@@ -278,11 +290,10 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
             if not reply:  # quiet: a heartbeat, and a look at the run in the database
                 yield ": ping\n\n"
                 relay.last_sent = time.monotonic()
-                for chunk in await relay.catch_up():
+                for chunk in await relay.look():
                     yield chunk
                 if relay.ended:
                     return
-                await relay.sweep_if_stale()
                 continue
             # RESP2 reply of one stream: [(key, [(entry id, {field: value}), ...])]
             entries = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], reply)

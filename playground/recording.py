@@ -6,15 +6,20 @@ Per-token costs are bounded by time, not paid per token: events are written and
 published in batches at most FLUSH_EVERY_S apart (a model slower than that gets each
 token out at once; a fast one, or the prompt burst, gets one INSERT and one Redis round
 trip per batch), and the database is asked about Stop at most every STOP_CHECK_EVERY_S.
+A database restart is waited out (``waiting_out_outage``): the run goes on once the
+database answers again.
 """
 
 import json
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
+from loopatlas.outage import through_outage
 from playground import streams
 from playground.models import Run, RunToken
 
@@ -38,6 +43,12 @@ def event_storable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [event_storable(item) for item in value]
     return value
+
+
+def waiting_out_outage[T](action: Callable[[], T], run_id: uuid.UUID) -> T:
+    """``action()`` for a run, waiting out a database restart for as long as the run may
+    go without a heartbeat (PLAYGROUND_STALE_AFTER_S): past that it is failed anyway."""
+    return through_outage(action, budget_s=settings.PLAYGROUND_STALE_AFTER_S, what=f"run {run_id}")
 
 
 class TokenWriter:
@@ -65,9 +76,8 @@ class TokenWriter:
         self.last_flush = time.monotonic()
         if not self.buffer:
             return
-        RunToken.objects.bulk_create(
-            [RunToken.from_event(self.run, event) for event, _ in self.buffer]
-        )
+        rows = [RunToken.from_event(self.run, event) for event, _ in self.buffer]
+        waiting_out_outage(lambda: RunToken.objects.bulk_create(rows), self.run.id)
         streams.publish_encoded(
             run_id=self.run.id, entries=[(event["position"], data) for event, data in self.buffer]
         )
@@ -91,7 +101,8 @@ class RunControl:
             return False
         self.last_check = time.monotonic()
         state = Run.objects.filter(pk=self.run_id).values_list("status", "cancel_requested")
-        status, cancel = state.first() or (Run.Status.FAILED, False)
+        found = waiting_out_outage(state.first, self.run_id)
+        status, cancel = found or (Run.Status.FAILED, False)
         if status != Run.Status.RUNNING:
             self.stop_reason = status  # failed meanwhile (a sweep): stop writing
         elif cancel:
@@ -100,7 +111,6 @@ class RunControl:
 
     def beat(self) -> None:
         if time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_S:
-            Run.objects.filter(pk=self.run_id, status=Run.Status.RUNNING).update(
-                heartbeat_at=timezone.now()
-            )
+            running = Run.objects.filter(pk=self.run_id, status=Run.Status.RUNNING)
+            waiting_out_outage(lambda: running.update(heartbeat_at=timezone.now()), self.run_id)
             self.last_beat = time.monotonic()

@@ -15,10 +15,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from loopatlas.outage import DATABASE_ERRORS
 from playground import selectors
 from playground.checkpoints import model_get
 from playground.models import Run, RunToken
-from playground.recording import RunControl, TokenWriter
+from playground.recording import RunControl, TokenWriter, waiting_out_outage
 from playground.services import ModelUnavailable, run_end_publish
 
 if TYPE_CHECKING:
@@ -146,9 +147,10 @@ def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: in
         # summary states what the run kept: stopped, after the tokens it stored.
         kept = max(last_position + 1 - stats["prompt_tokens"], 0)
         stats = stats | {"stopped": "stopped", "generated_tokens": kept}
-    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
-        status=status, stats=stats, finished_at=timezone.now(), heartbeat_at=timezone.now()
-    )
+    running = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING)
+    now = timezone.now()
+    ending = {"status": status, "stats": stats, "finished_at": now, "heartbeat_at": now}
+    waiting_out_outage(lambda: running.update(**ending), run.id)
     run.refresh_from_db()
     run_end_publish(run, last_position=last_position)
     return run
@@ -163,10 +165,12 @@ def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
         reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
     elif isinstance(exc, RunTimeLimitExceeded | ValueError | ModelUnavailable):
         reason = str(exc)
+    elif isinstance(exc, DATABASE_ERRORS):
+        reason = f"the database was unreachable for {settings.PLAYGROUND_STALE_AFTER_S} s: {exc}"
     else:
         reason = f"the worker hit an error: {type(exc).__name__}: {exc}"
-    Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
-        status=Run.Status.FAILED, error=reason, finished_at=timezone.now()
-    )
+    running = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING)
+    ending = {"status": Run.Status.FAILED, "error": reason, "finished_at": timezone.now()}
+    waiting_out_outage(lambda: running.update(**ending), run.id)
     run.refresh_from_db()
     run_end_publish(run, last_position=last_position)

@@ -7,7 +7,8 @@ them never touches the shared ones:
   logged), submitting a playground run (it needs the broker) is a 503 naming Redis;
   with Redis back, reads are cached again.
 - PostgreSQL down: every request is a 503 naming the database, never a 500; with it
-  back, the same server answers again by itself.
+  back, the same server answers again by itself, and so does a worker whose task threads
+  kept their connections from before the restart.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from loopatlas.middleware import DATABASE_DOWN
-from tests.playground.stack import Stack, free_port
+from tests.playground.stack import Stack, free_port, read_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -197,3 +199,64 @@ def test_with_postgres_restarting_requests_are_503s_and_recover_by_themselves(si
     # then the same server answers again, without a restart
     assert stack.get("/api/v1/works/").status_code == 200
     assert stack.get("/").status_code == 200
+
+
+def _with_worker(stack: Stack) -> None:
+    if stack.worker is None or stack.worker.poll() is not None:
+        stack.start_worker()
+
+
+def test_a_worker_that_kept_its_connections_serves_runs_after_postgres_restarts(site):
+    stack, _, postgres = site
+    _with_worker(stack)
+    body = _run_body() | {"max_new_tokens": 24}  # long enough that all four overlap
+
+    def serve(n: int) -> None:
+        runs = [stack.submit(**body) for _ in range(n)]
+        for run in runs:
+            _, tokens, end = read_run(stack, run)
+            assert end["event"] == "done", end
+            assert len([t for t in tokens if t["phase"] == "generated"]) == 24
+            assert stack.get(f"/api/v1/runs/{run['id']}/").json()["status"] == "done"
+
+    # given a worker whose task threads each served a run (and kept the connection)
+    serve(4)
+    # when PostgreSQL restarts, which ends every kept connection
+    postgres.stop()
+    postgres.start()
+    # then runs that take every task thread are claimed, stream and end done
+    serve(4)
+    assert "Traceback" not in stack.log("worker")
+
+
+def test_a_run_and_its_viewer_wait_out_a_postgres_restart_mid_run(site):
+    stack, _, postgres = site
+    _with_worker(stack)
+    # given a run streaming to a viewer
+    run = stack.submit(**(_run_body() | {"max_new_tokens": 150}))
+    read: dict = {}
+
+    def view() -> None:
+        try:
+            read["run"] = read_run(stack, run)
+        except Exception as exc:  # the assertion below shows it
+            read["error"] = exc
+
+    viewer = threading.Thread(target=view)
+    viewer.start()
+    tokens_url = f"/api/v1/runs/{run['id']}/tokens/"
+    _wait(lambda: len(stack.get(tokens_url).json()) > 20, "the run's first tokens")
+    # when PostgreSQL restarts mid-run
+    postgres.stop()
+    time.sleep(2)
+    postgres.start()
+    viewer.join(timeout=120)
+    # then the run goes on to its end, and the viewer gets every token in order
+    assert "run" in read, read.get("error")
+    _, tokens, end = read["run"]
+    assert end["event"] == "done", end
+    generated = [t["position"] for t in tokens if t["phase"] == "generated"]
+    assert len(generated) == 150 and generated == sorted(set(generated))
+    assert [t["position"] for t in tokens] == list(range(len(tokens)))
+    assert len(stack.get(tokens_url).json()) == len(tokens)
+    assert "the database is unreachable" in stack.log("worker")  # it was waited out
