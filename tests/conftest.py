@@ -44,6 +44,30 @@ def redis_url() -> str:
     return url
 
 
+@pytest.fixture
+def server_drops_our_connection():
+    """Ends this thread's database connection from the server side, as a PostgreSQL
+    restart does (skips on SQLite); a connection still dead is closed after the test."""
+    from django.conf import settings
+    from django.db import connection
+
+    if not settings.USING_POSTGRES:
+        pytest.skip("the server ends a connection: PostgreSQL")
+    import psycopg
+
+    from tests.playground.stack import database_url_of
+
+    def drop() -> None:
+        connection.ensure_connection()
+        pid = connection.connection.info.backend_pid
+        url = database_url_of(connection.settings_dict)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    yield drop
+    connection.close()
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     """A headless Debian Chromium driven by Playwright (never a downloaded browser).

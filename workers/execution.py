@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from loopatlas.outage import DATABASE_ERRORS
+from loopatlas.outage import DATABASE_ERRORS, database_unreachable
 from playground import selectors
 from playground.checkpoints import model_get
 from playground.models import Run, RunToken
@@ -165,7 +165,7 @@ def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
         reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
     elif isinstance(exc, RunTimeLimitExceeded | ValueError | ModelUnavailable):
         reason = str(exc)
-    elif isinstance(exc, DATABASE_ERRORS):
+    elif isinstance(exc, DATABASE_ERRORS) and database_unreachable():
         reason = f"the database was unreachable for {settings.PLAYGROUND_STALE_AFTER_S} s: {exc}"
     else:
         reason = f"the worker hit an error: {type(exc).__name__}: {exc}"

@@ -1,37 +1,15 @@
 """Waiting out a database restart (loopatlas.outage), against the suite's own database:
-on PostgreSQL the server ends this thread's connection as a restart would."""
+on PostgreSQL the server ends this thread's connection as a restart would
+(``server_drops_our_connection``)."""
 
 import logging
 
-import psycopg
 import pytest
-from django.conf import settings
 from django.db import OperationalError, connection
 
 from loopatlas import outage
 from loopatlas.outage import through_outage
 from playground.models import Run
-from tests.playground.stack import database_url_of
-
-needs_postgres = pytest.mark.skipif(
-    not settings.USING_POSTGRES, reason="the server ends a connection: PostgreSQL"
-)
-
-
-@pytest.fixture
-def server_drops_our_connection():
-    """Ends this thread's connection from the server side, as a restart does (and the
-    test's connection, if still dead, is closed after it)."""
-
-    def drop() -> None:
-        connection.ensure_connection()
-        pid = connection.connection.info.backend_pid
-        url = database_url_of(connection.settings_dict)
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-
-    yield drop
-    connection.close()
 
 
 def _counted(calls: list[int]):
@@ -42,7 +20,6 @@ def _counted(calls: list[int]):
     return count_runs
 
 
-@needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_an_action_on_a_dropped_connection_is_done_again_on_a_new_one(
     server_drops_our_connection, caplog, monkeypatch
@@ -60,7 +37,6 @@ def test_an_action_on_a_dropped_connection_is_done_again_on_a_new_one(
     assert warning.getMessage().startswith("a count: the database is unreachable (")
 
 
-@needs_postgres
 @pytest.mark.django_db(transaction=True)
 def test_an_outage_past_its_budget_is_raised(server_drops_our_connection):
     server_drops_our_connection()

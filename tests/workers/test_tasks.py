@@ -4,12 +4,14 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
+from loopatlas import outage
 from playground import services
 from playground.models import Run
 from tests.playground.conftest import PROMPT
-from workers import tasks
+from workers import execution, tasks
 
 
 def test_the_task_generates_the_run(db):
@@ -162,3 +164,31 @@ def test_a_run_past_its_time_limit_fails_with_the_reason_and_the_worker_goes_on(
     tasks.run_generate(str(later.id))
     later.refresh_from_db()
     assert later.status == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_failed_by_a_database_outage_names_it_once_the_database_answers(
+    run_factory, server_drops_our_connection, monkeypatch
+):
+    # given a running run whose worker's connection the server has ended
+    monkeypatch.setattr(outage, "RETRY_EVERY_S", 0.01)
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+    server_drops_our_connection()
+
+    # when the run fails on that connection's error
+    execution._finish_failed(run, OperationalError("terminating connection"), -1)
+
+    # then its failure is stored, on a new connection, naming the database
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error.startswith("the database was unreachable for ")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_on_a_live_connection_fails_the_run_as_a_worker_error(run_factory):
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+
+    execution._finish_failed(run, OperationalError("too complex"), -1)
+
+    run.refresh_from_db()
+    assert run.error == "the worker hit an error: OperationalError: too complex"
