@@ -655,12 +655,13 @@ class StepRunner:
             for t in set(plan.loops)
             if t < cache.n_loops and (store := cache.loops[t - 1]) is not None
         }
-        writes = slice(None) if live is None else live
+        w_rows, w_pos = (rows, pos) if live is None else (rows[live], pos[live])
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
-                # its own loop-t K/V
-                cache.write_terminal(index, rows[writes], pos[writes], k[writes], v[writes])
+                if live is not None:  # idle rows write nothing
+                    k, v = k[live], v[live]  # (R, …) -> (R_live, …)
+                cache.write_terminal(index, w_rows, w_pos, k, v)  # its own loop-t K/V
                 terminal = (cache.e_k[index], cache.e_v[index])
                 return plan.attend(q[:, None], terminal, stores, index)[:, 0]
 
