@@ -233,10 +233,11 @@ class ContinuousBatch:
             return updates
         stops = self.engine.run_step(plan, self.decoding)
         cache, state = self.decoding.cache, self.decoding.state
-        for done in self.scheduler.advance(plan, stops):
+        done_now = self.scheduler.advance(plan, stops)
+        records = self.engine.decoded_records(self.decoding, done_now)
+        for done, record in zip(done_now, records, strict=True):
             run = self.runs[done.key]
             assert run.report is not None
-            record = self.engine.decoded_record(self.decoding, done)
             event = run.report.generated(
                 record, self.decoding.works[done.row], cache, run.params.top_k
             )
@@ -246,12 +247,15 @@ class ContinuousBatch:
                 self._leave(done.key, stopped, updates, row=done.row)
                 continue
             self.held.append((done.row, run.sampler(state.out_logits[done.row], 0)))
-        if not self.lockstep or self.scheduler.plan() is None:
+        if self.held and (not self.lockstep or self.scheduler.plan() is None):
+            settings = []
             for row, token in self.held:
-                settings = self.scheduler.rows[row]
-                assert settings is not None
+                waiting = self.scheduler.rows[row]
+                assert waiting is not None
                 self.scheduler.next_token(row, token)
-                self.engine.start_token(self.decoding, row, token, settings.settings)
+                settings.append(waiting.settings)
+            rows, tokens = (list(column) for column in zip(*self.held, strict=True))
+            self.engine.start_tokens(self.decoding, rows, tokens, settings)
             self.held = []
         return updates
 
@@ -273,7 +277,7 @@ class ContinuousBatch:
         self.decoding.works[row] = Work()
         token = run.sampler(prefill.logits[0, len(run.prompt) - 1], 0)
         self.scheduler.start(row, run.key, run.settings, token, cache.e_len[row])
-        self.engine.start_token(self.decoding, row, token, run.settings)
+        self.engine.start_tokens(self.decoding, [row], [token], [run.settings])
 
     def _leave(
         self,

@@ -124,10 +124,10 @@ class Engine(StepRunner):
         scheduler = Scheduler(b)
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
         first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
-        for row in range(b):
-            token = sampler(first[row], row)
+        tokens = [sampler(first[row], row) for row in range(b)]
+        for row, token in enumerate(tokens):
             scheduler.start(row, row, settings, token, cache.e_len[row])
-            self.start_token(decoding, row, token, settings)
+        self.start_tokens(decoding, list(range(b)), tokens, [settings] * b)
         queued, next_request = iter(queue or ()), b
 
         # The invariant of this loop, at every step, for every row r still running:
@@ -151,10 +151,12 @@ class Engine(StepRunner):
         # T is each row's own loop cap, and its own policy decides what it sees.
         while (plan := scheduler.plan()) is not None:
             stops = self.run_step(plan, decoding)
-            for done in scheduler.advance(plan, stops):
-                yield self.decoded_record(decoding, done)
-                r = done.row
-                if done.finished:
+            done = scheduler.advance(plan, stops)
+            starts: list[tuple[int, int]] = []  # (row, its next token)
+            for stopped, record in zip(done, self.decoded_records(decoding, done), strict=True):
+                yield record
+                r = stopped.row
+                if stopped.finished:
                     prompt = next(queued, None)
                     if prompt is None:
                         continue
@@ -163,24 +165,27 @@ class Engine(StepRunner):
                     scheduler.start(r, next_request, settings, token, cache.e_len[r])
                     next_request += 1
                 else:
-                    assert isinstance(done.key, int)  # this decode's keys are request numbers
-                    token = sampler(decoding.state.out_logits[r], done.key)
+                    assert isinstance(stopped.key, int)  # this decode's keys are request numbers
+                    token = sampler(decoding.state.out_logits[r], stopped.key)
                     scheduler.next_token(r, token)
-                self.start_token(decoding, r, token, settings)
+                starts.append((r, token))
+            if starts:
+                rows, tokens = map(list, zip(*starts, strict=True))
+                self.start_tokens(decoding, rows, tokens, [settings] * len(rows))
 
-    def decoded_record(self, decoding: DecodeState, done: Done) -> TokenRecord:
-        """The record of a token that stopped in the last step."""
+    def decoded_records(self, decoding: DecodeState, done: list[Done]) -> list[TokenRecord]:
+        """The records of the tokens that stopped in the last step, read together."""
         # Engine.decode's keys are request numbers; ContinuousBatch's keys are its own
         # and it never reads a record's ``row``
-        return self._record(
-            cast(int, done.key),
-            done.position,
-            done.token,
+        return self._records(
+            [cast(int, d.key) for d in done],
+            [d.position for d in done],
+            [d.token for d in done],
             "generated",
             decoding.state,
             decoding.trace,
-            done.row,
-            done.loops_computed,
+            [d.row for d in done],
+            [d.loops_computed for d in done],
         )
 
     def _load_request(
@@ -200,42 +205,49 @@ class Engine(StepRunner):
         cache.load_row(row, result.kept_cache(), extra=max_new_tokens)
         return result.logits[0, len(prompt) - 1]
 
-    def _record(
+    def _records(
         self,
-        row: int,
-        position: int,
-        token_id: int | Tensor,
+        rows: list[int],
+        positions: list[int],
+        token_ids: list[int],
         phase: str,
         state: TokenState,
         trace: Trace | None,
-        slot: int,
-        computed: int,
-    ) -> TokenRecord:
-        loops = trace.record(slot, computed, self.top_k) if trace is not None else {}
-        return TokenRecord(
-            row=row,
-            position=position,
-            token_id=int(token_id),
-            phase=phase,
-            exit_loop=int(state.reported[slot]),
-            loops_computed=computed,
-            **loops,
-        )
+        slots: list[int],
+        computed: list[int],
+    ) -> list[TokenRecord]:
+        if not slots:
+            return []
+        exits = state.reported[torch.tensor(slots, device=state.reported.device)].tolist()
+        loops = trace.records(slots, computed, self.top_k) if trace is not None else None
+        return [
+            TokenRecord(
+                row=rows[i],
+                position=positions[i],
+                token_id=token_ids[i],
+                phase=phase,
+                exit_loop=exits[i],
+                loops_computed=computed[i],
+                **(loops[i] if loops is not None else {}),
+            )
+            for i in range(len(slots))
+        ]
 
-    def prompt_records(self, prefill: PrefillResult) -> Iterator[TokenRecord]:
+    def prompt_records(self, prefill: PrefillResult) -> list[TokenRecord]:
         """One record per prompt position of ``prefill``, in order, row by row."""
         if prefill.state is None:
             raise ValueError("this prefill kept no per-token state to report")
         s = prefill.ids.shape[1]
-        for row, n in enumerate(prefill.lengths):
-            for position in range(n):
-                yield self._record(
-                    row,
-                    position,
-                    prefill.ids[row, position],
-                    "prompt",
-                    prefill.state,
-                    prefill.trace,
-                    row * s + position,
-                    int(prefill.loops_computed[row, position]),
-                )
+        rows = [row for row, n in enumerate(prefill.lengths) for _ in range(n)]
+        positions = [position for n in prefill.lengths for position in range(n)]
+        ids, computed = prefill.ids.tolist(), prefill.loops_computed.tolist()
+        return self._records(
+            rows,
+            positions,
+            [ids[r][p] for r, p in zip(rows, positions, strict=True)],
+            "prompt",
+            prefill.state,
+            prefill.trace,
+            [r * s + p for r, p in zip(rows, positions, strict=True)],
+            [computed[r][p] for r, p in zip(rows, positions, strict=True)],
+        )

@@ -60,25 +60,42 @@ class Trace:
             top_probs=torch.zeros(n_loops, n_tokens, top_k, device=device),
         )
 
-    def reset(self, slot: int) -> None:
+    def reset(self, slots: Tensor) -> None:
+        """Slots (N,) start a new token: nothing computed yet."""
         for tensor in (self.gate_lambda, self.exit_p, self.cumulative, self.kl):
-            tensor[:, slot] = float("nan")
-        self.top_ids[:, slot] = -1
-        self.top_probs[:, slot] = 0.0
+            tensor[:, slots] = float("nan")
+        self.top_ids[:, slots] = -1
+        self.top_probs[:, slots] = 0.0
 
-    def record(self, slot: int, loops: int, top_k: int) -> dict[str, Any]:
-        """Python lists of the first ``loops`` loops of one slot (NaN KL -> None)."""
-        top: list[list[tuple[int, float]]] = [[] for _ in range(loops)]
+    def records(self, slots: list[int], loops: list[int], top_k: int) -> list[dict[str, Any]]:
+        """Python lists of the first ``loops[i]`` loops of each slot (NaN KL -> None).
+
+        One device read per kind of value for all the slots: a step's stopped tokens (or a
+        prompt's positions) are read together, not one small transfer each."""
+        deepest = max(loops, default=0)
+        index = torch.tensor(slots, dtype=torch.long, device=self.kl.device)
+        fields = torch.stack((self.gate_lambda, self.exit_p, self.cumulative, self.kl))
+        values = fields[:, :deepest, index].permute(2, 0, 1).tolist()  # (N, 4, loops)
+        ids = probs = None
         if top_k:
-            ids, probs = self.top_ids[:loops, slot].tolist(), self.top_probs[:loops, slot].tolist()
-            top = [list(zip(i, p, strict=True)) for i, p in zip(ids, probs, strict=True)]
-        return {
-            "gate_lambda": self.gate_lambda[:loops, slot].tolist(),
-            "exit_p": self.exit_p[:loops, slot].tolist(),
-            "cumulative": self.cumulative[:loops, slot].tolist(),
-            "kl": [None if v != v else v for v in self.kl[:loops, slot].tolist()],
-            "top": top,
-        }
+            ids = self.top_ids[:deepest, index].transpose(0, 1).tolist()  # (N, loops, k)
+            probs = self.top_probs[:deepest, index].transpose(0, 1).tolist()
+        out = []
+        for i, n in enumerate(loops):
+            gate, exit_p, cumulative, kl = (row[:n] for row in values[i])
+            top: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+            if ids is not None and probs is not None:
+                top = [list(zip(ids[i][t], probs[i][t], strict=True)) for t in range(n)]
+            out.append(
+                {
+                    "gate_lambda": gate,
+                    "exit_p": exit_p,
+                    "cumulative": cumulative,
+                    "kl": [None if v != v else v for v in kl],
+                    "top": top,
+                }
+            )
+        return out
 
 
 @dataclass
@@ -107,9 +124,10 @@ class TokenState:
             prev_logp=torch.zeros(n, vocab, device=device) if kl else None,
         )
 
-    def reset(self, slot: int) -> None:
-        self.remaining[slot], self.cumulative[slot], self.reported[slot] = 1.0, 0.0, 0
-        self.gate_sum[slot] = 0.0
+    def reset(self, slots: Tensor) -> None:
+        """Slots (N,) start a new token with its whole stopping mass ahead of it."""
+        self.remaining[slots], self.cumulative[slots], self.reported[slots] = 1.0, 0.0, 0
+        self.gate_sum[slots] = 0.0
 
 
 @dataclass(frozen=True)
@@ -545,20 +563,29 @@ class StepRunner:
             works=[Work() for _ in range(b)],
         )
 
-    def start_token(
-        self, decoding: DecodeState, row: int, token: int, settings: RowSettings
+    def start_tokens(
+        self,
+        decoding: DecodeState,
+        rows: list[int],
+        tokens: list[int],
+        settings: list[RowSettings],
     ) -> None:
-        """Row ``row``'s next token starts at loop 1 (state and trace of its slot reset)."""
-        decoding.state.reset(row)
-        decoding.state.seed[row] = settings.seed
+        """Each row's next token starts at loop 1 (state and trace of its slot reset); a
+        step's starts are written together, one op per tensor."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)  # (N,)
+        decoding.state.reset(index)
+        decoding.state.seed[index] = torch.tensor(
+            [s.seed for s in settings], dtype=torch.long, device=self.device
+        )
         if decoding.trace is not None:
-            decoding.trace.reset(row)
-        decoding.x[row] = self.body.embed_tokens.weight[token]
-        work, n_loops = decoding.works[row], settings.n_loops
-        position = decoding.cache.e_len[row]
-        work.token_loops_full += n_loops
-        work.flops_full += self.flops.loops(1, position + 1) * n_loops
-        work.flops_full += self.flops.head * (n_loops if self.tracing else 1)
+            decoding.trace.reset(index)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        decoding.x[index] = self.body.embed_tokens.weight[ids]  # (N, H)
+        for row, s in zip(rows, settings, strict=True):
+            work, position = decoding.works[row], decoding.cache.e_len[row]
+            work.token_loops_full += s.n_loops
+            work.flops_full += self.flops.loops(1, position + 1) * s.n_loops
+            work.flops_full += self.flops.head * (s.n_loops if self.tracing else 1)
 
     @torch.no_grad()
     def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:

@@ -446,22 +446,46 @@ def test_each_tokens_stopping_distribution_ends_at_its_last_loop(ouro_tiny, prom
     assert (trace.cumulative[:-1] < 1 - 1e-3).all()
 
 
-def test_a_reset_trace_slot_reads_as_never_computed_and_the_others_keep_theirs():
-    # given a trace of 3 loops x 2 slots, every entry written
-    trace = Trace.empty(3, 2, 2, torch.device("cpu"))
+def test_reset_trace_slots_read_as_never_computed_and_the_others_keep_theirs():
+    # given a trace of 3 loops x 3 slots, every entry written
+    trace = Trace.empty(3, 3, 2, torch.device("cpu"))
     for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
         values.fill_(0.5)
     trace.top_ids.fill_(7)
     trace.top_probs.fill_(0.25)
 
-    # when
-    trace.reset(1)
+    # when slots 0 and 2 start new tokens together
+    trace.reset(torch.tensor([0, 2]))
 
     # then
     for values in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
-        assert values[:, 1].isnan().all() and (values[:, 0] == 0.5).all()
-    assert (trace.top_ids[:, 1] == -1).all() and (trace.top_ids[:, 0] == 7).all()
-    assert (trace.top_probs[:, 1] == 0).all() and (trace.top_probs[:, 0] == 0.25).all()
+        assert values[:, [0, 2]].isnan().all() and (values[:, 1] == 0.5).all()
+    assert (trace.top_ids[:, [0, 2]] == -1).all() and (trace.top_ids[:, 1] == 7).all()
+    assert (trace.top_probs[:, [0, 2]] == 0).all() and (trace.top_probs[:, 1] == 0.25).all()
+
+
+def test_trace_records_read_each_slot_to_its_own_depth():
+    # given a trace of 3 loops x 3 slots where entry (t, s) holds 10 t + s, KL unknown at
+    # loop 1, and a lens of width 2
+    trace = Trace.empty(3, 3, 2, torch.device("cpu"))
+    values = 10 * torch.arange(3.0)[:, None] + torch.arange(3.0)[None, :]  # (T, N)
+    for field in (trace.gate_lambda, trace.exit_p, trace.cumulative, trace.kl):
+        field.copy_(values)
+    trace.kl[0] = float("nan")
+    trace.top_ids.copy_(values.long()[..., None].expand(3, 3, 2))
+    trace.top_probs.fill_(0.5)
+
+    # when slot 2 is read to loop 3 and slot 0 to loop 1, together
+    deep, shallow = trace.records([2, 0], [3, 1], top_k=2)
+
+    # then each holds its own slot's loops, no more
+    assert deep["gate_lambda"] == deep["exit_p"] == deep["cumulative"] == [2.0, 12.0, 22.0]
+    assert deep["kl"] == [None, 12.0, 22.0]
+    assert deep["top"] == [[(2, 0.5), (2, 0.5)], [(12, 0.5), (12, 0.5)], [(22, 0.5), (22, 0.5)]]
+    assert shallow["gate_lambda"] == [0.0] and shallow["kl"] == [None]
+    assert shallow["top"] == [[(0, 0.5), (0, 0.5)]]
+    # and without a lens, every loop's top list is empty
+    assert trace.records([1], [2], top_k=0)[0]["top"] == [[], []]
 
 
 @pytest.mark.parametrize("policy", ["best-available", "recompute-kv"])
