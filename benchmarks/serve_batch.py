@@ -15,8 +15,9 @@ best repeat (noise only adds time):
    another through :func:`kernels.stream.generate_stream`.
 2. **Depth-pipelined against lockstep** at q = 0.7 with ``--runs`` rows: the same batch
    where a row whose token stopped waits for the deepest row. Two lockstep baselines:
-   ``dense``, a static batch that computes every row in every step and drops the waiting
-   rows' results (what one batch tensor does), and ``compact``, which skips the waiting
+   ``dense``, a static batch that computes every row's whole loop (layers, gate, LM
+   head, lens) in every step and drops the waiting rows' results (what one batch tensor
+   does), and ``compact``, which skips the waiting
    rows (so it does the pipelined batch's row-loops in more, smaller steps). The steps
    each takes are exact; their ratio is the most depth-pipelining can buy when a step's
    cost does not depend on its rows.

@@ -88,8 +88,9 @@ class ContinuousBatch:
         capacity: positions per row, prompt and new tokens (default the model's).
         lockstep: the baseline that continuous depth batching improves on: a row whose
             token stopped waits until every row's token has stopped (the deepest row
-            sets the pace). ``"dense"`` computes the waiting rows in every step and drops
-            the results, as one static batch tensor does; ``"compact"`` skips them.
+            sets the pace). ``"dense"`` computes the waiting rows in every step (layers,
+            gate, LM head and lens) and drops the results, as one static batch tensor
+            does; ``"compact"`` skips them.
             Output is the same; only the benchmarks use it.
         prefill_chunk: prompt positions a joining request prefills per step.
     """

@@ -300,9 +300,12 @@ class StepRunner:
         work.flops_executed += self.flops.loops(n, keys)
 
     def _head(self, h: Tensor, work: Work) -> Tensor:
-        work.head_tokens += len(h)
-        work.flops_executed += self.flops.head * len(h)
+        self._count_heads(len(h), work)
         return self.model.lm_head(h)
+
+    def _count_heads(self, n: int, work: Work) -> None:
+        work.head_tokens += n
+        work.flops_executed += self.flops.head * n
 
     def _finish_loop(
         self,
@@ -314,27 +317,44 @@ class StepRunner:
         trace: Trace | None,
         work: Work,
         rules: LoopRules | None = None,
+        live: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
         stopping mass, exit decision, output logits (one LM-head call for all of them).
         ``position`` (N,) is each token's position. ``t`` is one loop or, in decode, each
         token's own loop (N,); ``rules`` gives each token its cap, rule and policy
-        (default: the engine's). Returns "stops computing" and "ran the LM head", (N,)."""
+        (default: the engine's). ``live`` (N,): the rows of a longer h that count; a
+        dense lockstep step's idle rows go through the gate, the LM head and the lens in
+        the same calls, and are dropped. Returns "stops computing" and "ran the LM head",
+        (N,)."""
         rules = rules or self._rules(len(slots))
         loop = torch.as_tensor(t, device=h.device).expand(len(slots))  # (N,)
         last = loop >= rules.caps
-        lam = torch.sigmoid(self.body.gate(h).float())  # (N,)
+        # h is (R, H): R = N, or N and the idle rows that ``live`` drops below
+        lam = torch.sigmoid(self.body.gate(h).float())  # (R,)
+        logits: Tensor | None = None
+        logp: Tensor | None = None
+        if rules.needs_logits or self.tracing:
+            logits = self.model.lm_head(h)  # (R, V)
+            logp = F.log_softmax(logits.float(), dim=-1)
+        top: tuple[Tensor, Tensor] | None = None
+        if trace is not None and self.top_k:
+            assert logp is not None  # a trace means tracing, which computed it above
+            values, indices = logp.topk(self.top_k, dim=-1)
+            top = (values, indices)
+        if live is not None:  # the idle rows' results are dropped: (R, …) -> (N, …)
+            h, lam = h[live], lam[live]
+            if logits is not None and logp is not None:
+                logits, logp = logits[live], logp[live]
+            top = None if top is None else (top[0][live], top[1][live])
+        if logits is not None:
+            self._count_heads(len(h), work)
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
         cumulative = state.cumulative[slots] + p
         gate_sum = state.gate_sum[slots] + lam
         state.remaining[slots], state.cumulative[slots] = remaining, cumulative
         state.gate_sum[slots] = gate_sum
-        logits: Tensor | None = None
-        logp: Tensor | None = None
         kl: Tensor | None = None
-        if rules.needs_logits or self.tracing:
-            logits = self._head(h, work)  # (N, V)
-            logp = F.log_softmax(logits.float(), dim=-1)
         if rules.needs_logits:
             # needs_logits computed logp above; the state keeps the previous loop's (kl=True)
             assert logp is not None and state.prev_logp is not None
@@ -359,11 +379,10 @@ class StepRunner:
             trace.cumulative[loop - 1, slots] = cumulative
             if kl is not None:
                 trace.kl[loop - 1, slots] = kl  # NaN at loop 1
-            if self.top_k:
-                assert logp is not None  # a trace means tracing, which computed it above
-                top = logp.topk(self.top_k, dim=-1)
-                trace.top_ids[loop - 1, slots] = top.indices
-                trace.top_probs[loop - 1, slots] = top.values.exp()
+            if top is not None:
+                values, indices = top
+                trace.top_ids[loop - 1, slots] = indices
+                trace.top_probs[loop - 1, slots] = values.exp()
         report = exits & (state.reported[slots] == 0)
         if bool(report.any()):
             chosen = report.nonzero().squeeze(1)
@@ -605,13 +624,14 @@ class StepRunner:
         x = decoding.x[rows]  # (R, H)
         live = torch.tensor(plan.live_index, device=self.device) if plan.idle else None
         attend = self._cached_attend(cache, attention, rows, pos, live)
-        h = self._run_layers(x, cos, sin, attend)
+        computed = self._run_layers(x, cos, sin, attend)  # (R, H)
+        h = computed
         if live is not None:  # the idle rows' results are dropped: (R, …) -> (R_live, …)
             plan, rows, pos, t, caps = plan.live(), rows[live], pos[live], t[live], caps[live]
             h, cos, sin, rules = h[live], cos[live], sin[live], _plan_rules(plan, caps)
         scratch = Work()
         stop, headed = self._finish_loop(
-            t, rows, pos, h, decoding.state, decoding.trace, scratch, rules
+            t, rows, pos, computed, decoding.state, decoding.trace, scratch, rules, live
         )
         decoding.x[rows] = h
         stops, heads = torch.stack([stop, headed]).tolist()

@@ -58,8 +58,9 @@ class StepPlan:
     """What one step computes: for each planned row, its token's loop, cap and position.
 
     ``idle`` (indices into the lists) names rows whose token has already stopped: a dense
-    lockstep batch computes them anyway, as one batch tensor does, and drops the results.
-    They read the cache like the others and change nothing (the benchmarks' baseline).
+    lockstep batch computes them anyway (the whole loop: layers, gate, LM head, lens), as
+    one batch tensor does, and drops the results. They read the cache like the others and
+    change nothing (the benchmarks' baseline).
     """
 
     rows: list[int]

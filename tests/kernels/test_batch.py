@@ -256,11 +256,18 @@ def test_lockstep_changes_no_run_and_dense_lockstep_computes_every_held_row(
     for key in keys:
         batch.add(key, *REQUESTS[key])
     computed: list[int] = []  # rows through the shared layers in a loop call
-    hook = batch.engine.body.norm.register_forward_hook(
-        lambda _module, args, _out: computed.append(len(args[0]))
-    )
+    headed: list[int] = []  # rows through the LM head (gate and lens follow it)
+    hooks = [
+        module.register_forward_hook(
+            lambda _module, args, _out, calls=calls: calls.append(len(args[0]))
+        )
+        for module, calls in (
+            (batch.engine.body.norm, computed),
+            (batch.engine.model.lm_head, headed),
+        )
+    ]
     events: dict[Hashable, list[dict[str, Any]]] = {key: [] for key in keys}
-    steps: list[tuple[int, list[int]]] = []  # (rows held, rows computed) per decode
+    steps: list[tuple[int, list[int], list[int]]] = []  # (held, computed, headed) per decode
 
     # when it steps until every run has left
     try:
@@ -270,23 +277,27 @@ def test_lockstep_changes_no_run_and_dense_lockstep_computes_every_held_row(
                     events[run].extend(e.to_dict() for e in update.events)
             held = sum(row is not None for row in batch.scheduler.rows)
             computed.clear()
+            headed.clear()
             for run, update in batch.decode().items():
                 events[run].extend(e.to_dict() for e in update.events)
             if held:
-                steps.append((held, list(computed)))
+                steps.append((held, list(computed), list(headed)))
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
 
     # then every run is what it is alone, and waiting for the deepest row costs steps
     for key in keys:
         assert_same_run(events[key], reference[key][0])
     assert len(steps) > piped_steps
-    # and a dense step computes every held row in one call, a compact one only the live
-    assert all(len(calls) == 1 for _, calls in steps)
+    # and a dense step computes every held row, through the layers and the head, in one
+    # call each, as one batch tensor does; a compact one only the live rows
+    assert all(len(layers) == len(heads) == 1 for _, layers, heads in steps)
     if lockstep == "dense":
-        assert all(calls == [held] for held, calls in steps)
+        assert all(layers == heads == [held] for held, layers, heads in steps)
     else:
-        assert any(calls[0] < held for held, calls in steps)
+        assert any(layers[0] < held for held, layers, _ in steps)
+        assert all(layers == heads for _, layers, heads in steps)
 
 
 def test_an_unknown_lockstep_is_refused(ouro_tiny):
