@@ -170,7 +170,7 @@ class Engine(StepRunner):
                     scheduler.next_token(r, token)
                 starts.append((r, token))
             if starts:
-                rows, tokens = map(list, zip(*starts, strict=True))
+                rows, tokens = (list(column) for column in zip(*starts, strict=True))
                 self.start_tokens(decoding, rows, tokens, [settings] * len(rows))
 
     def decoded_records(self, decoding: DecodeState, done: list[Done]) -> list[TokenRecord]:

@@ -70,12 +70,13 @@ class Trace:
     def records(self, slots: list[int], loops: list[int], top_k: int) -> list[dict[str, Any]]:
         """Python lists of the first ``loops[i]`` loops of each slot (NaN KL -> None).
 
-        One device read per kind of value for all the slots: a step's stopped tokens (or a
-        prompt's positions) are read together, not one small transfer each."""
+        At most three device reads for all the slots (the four per-loop values together,
+        the lens ids, their probabilities): a step's stopped tokens (or a prompt's
+        positions) are read together, not in small transfers per token."""
         deepest = max(loops, default=0)
         index = torch.tensor(slots, dtype=torch.long, device=self.kl.device)
-        fields = torch.stack((self.gate_lambda, self.exit_p, self.cumulative, self.kl))
-        values = fields[:, :deepest, index].permute(2, 0, 1).tolist()  # (N, 4, loops)
+        fields = (self.gate_lambda, self.exit_p, self.cumulative, self.kl)  # (T, N) each
+        values = torch.stack([f[:deepest, index] for f in fields]).permute(2, 0, 1).tolist()
         ids = probs = None
         if top_k:
             ids = self.top_ids[:deepest, index].transpose(0, 1).tolist()  # (N, loops, k)
@@ -611,7 +612,7 @@ class StepRunner:
         """The step runner: one loop for every planned row, each at its own loop, with its
         own rule, policy and cap. Writes the cache only through its methods (a stopping
         token's slot is committed) and returns, per live planned row, "its token stopped"
-        (idle rows go through the layers, then are dropped).
+        (idle rows go through the whole loop, then are dropped).
         Host syncs: the attention plan's tables, and one read of the stops."""
         cache, body = decoding.cache, self.body
         rows = torch.tensor(plan.rows, device=self.device)  # (R,)
