@@ -10,11 +10,14 @@ an unreachable one instead of holding every request.
 
 import functools
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from django.utils.functional import cached_property
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -66,7 +69,24 @@ class FailOpenRedisCacheClient(RedisCacheClient):
     clear = _fail_open(lambda: False)(RedisCacheClient.clear)
 
 
+_CLIENTS: dict[str, FailOpenRedisCacheClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 class FailOpenRedisCache(RedisCache):
+    """The fail-open client, one per process and configuration. Under ASGI Django builds
+    a cache object per request context; a client of each one's own would open a new
+    connection pool, so a new connection (and redis-py's handshake), every request."""
+
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         super().__init__(server, params)
-        self._class = FailOpenRedisCacheClient
+        self._servers_given, self._client_options = server, params.get("OPTIONS", {})
+
+    @cached_property
+    def _cache(self) -> FailOpenRedisCacheClient:
+        key = repr((self._servers_given, sorted(self._client_options.items())))
+        with _CLIENTS_LOCK:
+            if key not in _CLIENTS:
+                servers = re.split("[;,]", self._servers_given)  # as Django's RedisCache
+                _CLIENTS[key] = FailOpenRedisCacheClient(servers, **self._client_options)
+            return _CLIENTS[key]

@@ -2,6 +2,7 @@
 test_faults.py stop real servers under a running site)."""
 
 import logging
+import threading
 
 import pytest
 from django.db import OperationalError
@@ -27,6 +28,31 @@ def test_an_unreachable_redis_is_an_empty_cache_with_one_warning(caplog, monkeyp
     # then it answers as an empty cache would, and warns once for the outage
     assert history == [] and outcomes == (False, {}, False)
     assert [r.getMessage()[:35] for r in caplog.records] == ["cache unavailable, serving uncached"]
+
+
+def test_the_caches_of_many_requests_share_one_connection(redis_url) -> None:
+    import redis
+
+    # given the cache as Django builds it for each request (a new object per request
+    # context, here each on a thread of its own, as ASGI runs a request's sync code)
+    name = f"cache-test-{free_port()}"
+    options = {"OPTIONS": {"client_name": name}}
+
+    def request(number: int) -> object:
+        cache = FailOpenRedisCache(redis_url, options)
+        cache.set(f"{name}:{number}", number, 60)
+        return cache.get(f"{name}:{number}")
+
+    # when eight requests come one after another
+    answers = []
+    for number in range(8):
+        thread = threading.Thread(target=lambda n=number: answers.append(request(n)))
+        thread.start()
+        thread.join()
+    # then each was answered, and the server saw one connection from them all
+    assert answers == list(range(8))
+    clients = redis.Redis.from_url(redis_url).client_list()
+    assert [client["name"] for client in clients].count(name) == 1
 
 
 @pytest.mark.django_db
