@@ -109,7 +109,7 @@ class OpenStreams:
             async for chunk in chunks:
                 yield chunk
         finally:
-            await chunks.aclose()  # its own cleanup (a Redis client) now, not at collection
+            await chunks.aclose()  # its own cleanup now, not at collection
             self.counts[address] -= 1
             if not self.counts[address]:
                 del self.counts[address]
@@ -268,51 +268,47 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
     database stays the reference: a position missing from the stream (a publish that
     failed) is read from it before anything later is sent, and when Redis cannot be
     reached the viewer goes on by polling the database."""
-    import redis.asyncio as aioredis
     from redis.exceptions import RedisError
 
     for chunk in await relay.catch_up():
         yield chunk
     if relay.ended:
         return
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    client = await streams.reading_client()
     key = streams.stream_key(relay.run.id)
-    try:
-        while True:
-            start = streams.after_position_id(relay.after)
-            try:
-                reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
-            except RedisError:
-                logger.warning("run %s: Redis unreachable, polling the database", relay.run.id)
-                async for chunk in _from_database(relay):
-                    yield chunk
+    while True:
+        start = streams.after_position_id(relay.after)
+        try:
+            reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
+        except RedisError:
+            logger.warning("run %s: Redis unreachable, polling the database", relay.run.id)
+            async for chunk in _from_database(relay):
+                yield chunk
+            return
+        if not reply:  # quiet: a heartbeat, and a look at the run in the database
+            yield ": ping\n\n"
+            relay.last_sent = time.monotonic()
+            for chunk in await relay.look():
+                yield chunk
+            if relay.ended:
                 return
-            if not reply:  # quiet: a heartbeat, and a look at the run in the database
-                yield ": ping\n\n"
-                relay.last_sent = time.monotonic()
-                for chunk in await relay.look():
-                    yield chunk
-                if relay.ended:
-                    return
-                continue
-            # RESP2 reply of one stream: [(key, [(entry id, {field: value}), ...])]
-            entries = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], reply)
-            for _entry_id, fields in entries[0][1]:
-                kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
-                if kind == "token":
-                    if data["position"] > relay.after + 1:  # a gap: fill it from the store
-                        chunks, _ = await relay.stored()
-                        for chunk in chunks:
-                            yield chunk
-                    for chunk in relay.tokens([data]):
+            continue
+        # RESP2 reply of one stream: [(key, [(entry id, {field: value}), ...])]
+        entries = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], reply)
+        for _entry_id, fields in entries[0][1]:
+            kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
+            if kind == "token":
+                if data["position"] > relay.after + 1:  # a gap: fill it from the store
+                    chunks, _ = await relay.stored()
+                    for chunk in chunks:
                         yield chunk
-                    continue
-                # The end: first anything stored but never published (a worker that died
-                # between the two), then the final event as the database has it.
-                chunks, _ = await relay.stored()
-                for chunk in chunks:
+                for chunk in relay.tokens([data]):
                     yield chunk
-                yield relay.end() if relay.run.finished else sse(kind, data)
-                return
-    finally:
-        await client.aclose()
+                continue
+            # The end: first anything stored but never published (a worker that died
+            # between the two), then the final event as the database has it.
+            chunks, _ = await relay.stored()
+            for chunk in chunks:
+                yield chunk
+            yield relay.end() if relay.run.finished else sse(kind, data)
+            return

@@ -17,8 +17,10 @@ database instead.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,6 +49,11 @@ def after_position_id(position: int) -> str:
 
 
 _client = None
+# The event loop's client for viewers, with the URL it was made for (per loop: an asyncio
+# connection belongs to the loop it was opened on).
+_readers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[str, Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _redis():
@@ -103,6 +110,23 @@ def _execute(pipe) -> None:
         pipe.execute(raise_on_error=False)
     except redis.exceptions.RedisError as exc:
         logger.warning("could not publish to the run stream: %s", exc)
+
+
+async def reading_client() -> Any:
+    """The running loop's asyncio client for viewers, shared by all of them: a client of
+    each viewer's own would open a connection and run redis-py's handshake per stream. A
+    viewer's blocking XREAD holds one of its pooled connections only while it waits."""
+    import redis.asyncio as aioredis
+
+    loop = asyncio.get_running_loop()
+    held = _readers.get(loop)
+    if held is not None and held[0] == settings.REDIS_URL:
+        return held[1]
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    _readers[loop] = (settings.REDIS_URL, client)
+    if held is not None:
+        await held[1].aclose()
+    return client
 
 
 def stream_reset_client() -> None:

@@ -358,6 +358,30 @@ def test_live_events_come_from_the_redis_stream_after_the_stored_ones(stream, ru
 
 
 @pytest.mark.services
+def test_viewers_share_the_loops_redis_connections(stream, run_factory):
+    # given three live runs whose events are all in their streams
+    runs = [run_factory(status="running", heartbeat_at=timezone.now()) for _ in range(3)]
+    for run in runs:
+        streams.publish_tokens(run_id=run.id, events=[make_event(p) for p in range(2)])
+        end = {"status": "done", "stats": {}}
+        streams.publish_end(run_id=run.id, last_position=1, event="done", data=end)
+
+    def received() -> int:  # connections Redis has accepted so far
+        return stream.info("stats")["total_connections_received"]
+
+    async def view_each() -> list[list[str]]:
+        return [[chunk async for chunk in run_event_stream(run=run)] for run in runs]
+
+    # when one viewer after another watches them, on one event loop
+    before = received()
+    seen = run_async(view_each())
+    # then each saw its run to the end, and one connection was opened for them all
+    assert [[e.get("id") for e in parse(chunks)][1:] for chunks in seen] == [["0", "1", None]] * 3
+    assert all(parse(chunks)[-1]["event"] == "done" for chunks in seen)
+    assert received() - before == 1
+
+
+@pytest.mark.services
 def test_the_stream_entries_are_keyed_by_position(stream, run_factory):
     # given
     run = run_factory()
