@@ -148,12 +148,12 @@ async def run_events_open(*, run_id: str, resume: str | None, address: str) -> E
             f"{settings.PLAYGROUND_VISITOR_STREAMS} (PLAYGROUND_VISITOR_STREAMS). "
             "Close one and retry.",
         )
-    run = await pooled(selectors.run_get)(run_id=run_id)
+    # the run and its stored events in one read (one connection), the stream's first
+    run, stored = await pooled(selectors.run_progress)(run_id=run_id, after=after, limit=BATCH)
     if run is None:
         return EventsReply(404, f"No run with id {run_id}.")
-    return EventsReply(
-        200, chunks=open_streams.counted(address, run_event_stream(run=run, after=after))
-    )
+    chunks = run_event_stream(run=run, after=after, stored=stored)
+    return EventsReply(200, chunks=open_streams.counted(address, chunks))
 
 
 async def run_events(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
@@ -180,8 +180,9 @@ def run_payload(run: Run) -> dict:
 class _Relay:
     """One viewer's position in the run and the events it still has to send."""
 
-    def __init__(self, run: Run, after: int) -> None:
+    def __init__(self, run: Run, after: int, stored: list[dict] | None = None) -> None:
         self.run, self.after = run, after
+        self.read = stored  # the stored events after ``after``, read with ``run``
         self.last_sent = time.monotonic()
         self.ended = False
 
@@ -200,9 +201,12 @@ class _Relay:
         tokens are in the chunks, since a run is marked finished after its last token)."""
         chunks: list[str] = []
         while True:
-            run, rows = await pooled(selectors.run_progress)(
-                run_id=self.run.id, after=self.after, limit=BATCH
-            )
+            if self.read is not None:  # read already, with the run as it was then
+                run, rows, self.read = self.run, self.read, None
+            else:
+                run, rows = await pooled(selectors.run_progress)(
+                    run_id=self.run.id, after=self.after, limit=BATCH
+                )
             self.run = run or self.run
             chunks += self.tokens(rows)
             if len(rows) < BATCH:
@@ -243,9 +247,13 @@ class _Relay:
         return chunks
 
 
-async def run_event_stream(*, run: Run, after: int = -1) -> AsyncGenerator[str]:
-    """The SSE text of ``run`` after position ``after`` until its ``done``/``error``."""
-    relay = _Relay(run, after)
+async def run_event_stream(
+    *, run: Run, after: int = -1, stored: list[dict] | None = None
+) -> AsyncGenerator[str]:
+    """The SSE text of ``run`` after position ``after`` until its ``done``/``error``;
+    ``stored``: its stored events after ``after``, when read with ``run``
+    (``selectors.run_progress``), so the stream does not read them again."""
+    relay = _Relay(run, after, stored)
     yield sse("run", run_payload(run))
     source = _from_redis(relay) if streams.publishing() else _from_database(relay)
     async for chunk in source:

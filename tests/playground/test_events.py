@@ -14,7 +14,7 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from playground import services, streams
-from playground.events import open_streams, pooled, run_event_stream
+from playground.events import open_streams, pooled, run_event_stream, run_events_open
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
 from tests.playground.stack import parse_sse
@@ -58,6 +58,35 @@ def read(run: Run, after: int = -1, *, stop=None, during=None) -> list[dict]:
 
 def store(run: Run, position: int, phase: str = "generated") -> None:
     RunToken.from_event(run, make_event(position, phase)).save()
+
+
+def test_opening_a_stream_connects_to_the_database_once(run_factory, settings):
+    from django.db.backends.signals import connection_created
+
+    if not settings.USING_POSTGRES:
+        pytest.skip("connections counted: PostgreSQL (SQLite's test database is one, shared)")
+
+    # given a finished run
+    run = run_factory(tokens=3, status="done", stats={})
+    opened: list[str] = []
+
+    def count(sender, connection, **kwargs) -> None:
+        opened.append(connection.alias)
+
+    async def view() -> list[str]:
+        reply = await run_events_open(run_id=str(run.id), resume=None, address="192.0.2.1")
+        assert reply.chunks is not None
+        return [chunk async for chunk in reply.chunks]
+
+    # when a viewer opens its stream and reads it to the end
+    connection_created.connect(count)
+    try:
+        events = parse(run_async(view()))
+    finally:
+        connection_created.disconnect(count)
+    # then it got every event, and the run and its events came in one read
+    assert [e.get("id") for e in events] == [None, "0", "1", "2", None]
+    assert opened == ["default"]
 
 
 def test_a_finished_run_replays_from_the_store(run_factory):
