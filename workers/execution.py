@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from loopatlas.outage import DATABASE_ERRORS, database_unreachable
@@ -35,9 +36,30 @@ class Claim:
     ended: Run | None = None  # a run the claim itself ended, whose end is to publish
 
 
-@transaction.atomic
 def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     """Take a queued run for this worker; anything else is a redelivery to skip.
+
+    The common case, a queued run nobody has stopped, is one conditional UPDATE and a
+    read (a burst of runs claims on a busy worker: each round trip waits for a core);
+    anything else is decided under the row's lock (``_claim_locked``).
+    """
+    now = timezone.now()
+    queued = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False)
+    taken = queued.update(
+        status=Run.Status.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        worker=worker,
+        attempts=F("attempts") + 1,
+    )
+    if taken:
+        return Claim(Run.objects.get(pk=run_id))
+    return _claim_locked(run_id=run_id, worker=worker)
+
+
+@transaction.atomic
+def _claim_locked(*, run_id: uuid.UUID | str, worker: str) -> Claim:
+    """``run_claim`` for a run that was not simply queued when it looked.
 
     A run found ``running`` was started by an attempt that did not finish (its worker
     died, and the broker redelivered the message): it is failed rather than restarted,
