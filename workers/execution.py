@@ -43,6 +43,13 @@ def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     read (a burst of runs claims on a busy worker: each round trip waits for a core);
     anything else is decided under the row's lock (``_claim_locked``).
     """
+    if _take(run_id=run_id, worker=worker):
+        return Claim(Run.objects.get(pk=run_id))
+    return _claim_locked(run_id=run_id, worker=worker)
+
+
+def _take(*, run_id: uuid.UUID | str, worker: str) -> bool:
+    """Mark the run running on ``worker`` if it is queued and nobody has stopped it."""
     now = timezone.now()
     queued = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False)
     taken = queued.update(
@@ -52,9 +59,7 @@ def run_claim(*, run_id: uuid.UUID | str, worker: str) -> Claim:
         worker=worker,
         attempts=F("attempts") + 1,
     )
-    if taken:
-        return Claim(Run.objects.get(pk=run_id))
-    return _claim_locked(run_id=run_id, worker=worker)
+    return bool(taken)
 
 
 @transaction.atomic
@@ -82,9 +87,8 @@ def _claim_locked(*, run_id: uuid.UUID | str, worker: str) -> Claim:
         run.status, run.finished_at = Run.Status.CANCELLED, now
         run.save(update_fields=["status", "finished_at"])
         return Claim(None, "cancelled before it started", ended=run)
-    run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, now, now
-    run.worker, run.attempts = worker, run.attempts + 1
-    run.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "attempts"])
+    _take(run_id=run_id, worker=worker)  # queued, and locked by this transaction
+    run.refresh_from_db()
     return Claim(run)
 
 
