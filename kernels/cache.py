@@ -267,22 +267,24 @@ class DepthKVCache:
         store = self.loops[t - 1] if t < self.n_loops else None
         return store.lens[b] if store is not None else 0
 
-    def load_row(self, row: int, source: DepthKVCache, extra: int = 0) -> None:
-        """Replace sequence ``row`` with row 0 of ``source`` (a new request's prefill cache).
+    def load_row(self, row: int, source: DepthKVCache, extra: int = 0, source_row: int = 0) -> None:
+        """Replace sequence ``row`` with row ``source_row`` of ``source`` (the cache of a
+        prefill of new requests).
 
         A loop-store region that must grow is sized for ``extra`` more entries (the tokens
         the request will decode), so its decoding does not re-pack the store again. The
         source's transient bytes count toward this cache's peak.
         """
-        n = source.e_len[0]
+        src = source_row
+        n = source.e_len[src]
         if n > self.capacity:
             raise ValueError(f"a {n}-token prompt does not fit a {self.capacity}-slot cache")
         self.peak_bytes = max(self.peak_bytes, self.live_bytes + source.peak_bytes)
-        self._check(source.e_k[:, 0, :n], source.e_v[:, 0, :n], (self.n_layers, n))
-        self.e_k[:, row, :n] = source.e_k[:, 0, :n]
-        self.e_v[:, row, :n] = source.e_v[:, 0, :n]
+        self._check(source.e_k[:, src, :n], source.e_v[:, src, :n], (self.n_layers, n))
+        self.e_k[:, row, :n] = source.e_k[:, src, :n]
+        self.e_v[:, row, :n] = source.e_v[:, src, :n]
         self.exit_loop[row] = 0
-        self.exit_loop[row, :n] = source.exit_loop[0, :n]
+        self.exit_loop[row, :n] = source.exit_loop[src, :n]
         self.e_len[row] = n
         if source.n_loops > self.n_loops:
             raise ValueError(f"a {source.n_loops}-loop request does not fit {self.n_loops} loops")
@@ -291,7 +293,7 @@ class DepthKVCache:
             if theirs is None and self.loops[t - 1] is None:
                 continue
             if theirs is not None:
-                start, stop = theirs.offsets[0], theirs.offsets[0] + theirs.lens[0]
+                start, stop = theirs.offsets[src], theirs.offsets[src] + theirs.lens[src]
                 ks = [k[start:stop] for k in theirs.k]
                 vs = [v[start:stop] for v in theirs.v]
             else:

@@ -233,13 +233,15 @@ class Engine(StepRunner):
             for i in range(len(slots))
         ]
 
-    def prompt_records(self, prefill: PrefillResult) -> list[TokenRecord]:
-        """One record per prompt position of ``prefill``, in order, row by row."""
+    def prompt_records(self, prefill: PrefillResult, row: int | None = None) -> list[TokenRecord]:
+        """One record per prompt position of ``prefill`` (of its row ``row``, default every
+        row), in order, row by row."""
         if prefill.state is None:
             raise ValueError("this prefill kept no per-token state to report")
         s = prefill.ids.shape[1]
-        rows = [row for row, n in enumerate(prefill.lengths) for _ in range(n)]
-        positions = [position for n in prefill.lengths for position in range(n)]
+        chosen = range(len(prefill.lengths)) if row is None else [row]
+        rows = [r for r in chosen for _ in range(prefill.lengths[r])]
+        positions = [position for r in chosen for position in range(prefill.lengths[r])]
         ids, computed = prefill.ids.tolist(), prefill.loops_computed.tolist()
         return self._records(
             rows,

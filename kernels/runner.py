@@ -113,13 +113,20 @@ class TokenState:
 
     @classmethod
     def create(
-        cls, n: int, vocab: int, dtype: torch.dtype, device: torch.device, kl: bool, seed: int
+        cls,
+        n: int,
+        vocab: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        kl: bool,
+        seed: int | Tensor,
     ) -> TokenState:
+        """``seed``: one for every slot, or each slot's (N,)."""
         return cls(
             remaining=torch.ones(n, device=device),
             cumulative=torch.zeros(n, device=device),
             gate_sum=torch.zeros(n, device=device),
-            seed=torch.full((n,), seed, dtype=torch.long, device=device),
+            seed=torch.as_tensor(seed, dtype=torch.long, device=device).expand(n).clone(),
             reported=torch.zeros(n, dtype=torch.long, device=device),
             out_logits=torch.zeros(n, vocab, dtype=dtype, device=device),
             prev_logp=torch.zeros(n, vocab, device=device) if kl else None,
@@ -415,10 +422,14 @@ class StepRunner:
         *,
         reserve: int = 0,
         keep_cache: bool = True,
+        seeds: list[int] | None = None,
     ) -> PrefillState:
-        """The tensors of a prefill not yet run (see :meth:`prefill` for the arguments)."""
+        """The tensors of a prefill not yet run (see :meth:`prefill` for the arguments);
+        ``seeds``: each row's request seed, which its exit rule sees (default the engine's),
+        so the rows of one prefill may be different requests."""
         ids, lengths = _right_aligned(rows, attention_mask, self.device)
         b, s = ids.shape
+        seed = torch.tensor(seeds or [self.seed] * b, dtype=torch.long).repeat_interleave(s)
         real = torch.arange(s, device=self.device)[None, :] < torch.tensor(lengths)[:, None].to(
             self.device
         )
@@ -446,12 +457,36 @@ class StepRunner:
                 self.dtype,
                 self.device,
                 self.rule.needs_logits,
-                self.seed,
+                seed,
             ),
             trace=Trace.empty(self.n_loops, b * s, self.top_k, self.device) if tracing else None,
             loops_computed=torch.zeros(b * s, dtype=torch.long, device=self.device),
             work=work,
             keep_cache=keep_cache,
+        )
+
+    def prompt_work(self, prefill: PrefillResult, row: int) -> Work:
+        """The work of row ``row`` of a prefill, from the loops its positions computed:
+        the rows of one prefill may be different requests, each reporting its own. The same
+        counts as the prefill's ``work`` (its sum over the rows)."""
+        n, layers = prefill.lengths[row], len(self.body.layers)
+        loops = prefill.loops_computed[row, :n]  # (n,)
+        keys = torch.arange(1, n + 1, device=loops.device)  # causal keys each position sees
+        executed, seen, early = torch.stack(
+            [loops.sum(), (keys * loops).sum(), (loops < self.n_loops).sum()]
+        ).tolist()
+        heads = executed if self.tracing or self.rule.needs_logits else n  # else one, at exit
+        frozen = early if self.policy.frozen_terminal else 0  # recompute-kv's projections
+        return Work(
+            token_loops_executed=executed,
+            token_loops_full=n * self.n_loops,
+            token_layers_executed=executed * layers,
+            head_tokens=heads,
+            flops_executed=self.flops.loops(executed, seen)
+            + self.flops.head * heads
+            + self.flops.kv_projection * layers * frozen,
+            flops_full=self.n_loops * self.flops.loops(n, n * (n + 1) / 2)
+            + self.flops.head * self.full_heads * n,
         )
 
     @torch.no_grad()

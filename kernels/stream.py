@@ -186,11 +186,14 @@ class RunReport:
         self.decode_start = 0.0
         self.n_generated = 0
 
-    def prompt_events(self, prefill: PrefillResult, top_k: int) -> Iterator[TokenEvent]:
-        """One event per prompt position, the work counters accumulated position by position."""
+    def prompt_events(
+        self, prefill: PrefillResult, top_k: int, row: int = 0
+    ) -> Iterator[TokenEvent]:
+        """One event per prompt position of the prefill's row ``row`` (this run's), the
+        work counters accumulated position by position."""
         engine, flops = self.engine, self.flops
         running = Work()
-        for record in engine.prompt_records(prefill):
+        for record in engine.prompt_records(prefill, row):
             keys = record.position + 1
             running.token_loops_executed += record.loops_computed
             running.token_loops_full += engine.n_loops
@@ -202,7 +205,7 @@ class RunReport:
             running.flops_full += flops.head * engine.full_heads
             self.exits.append(record.exit_loop)
             yield self._event(record, running, prefill.cache, top_k)
-        self.prompt_work = prefill.work
+        self.prompt_work = engine.prompt_work(prefill, row)
         self.decode_start = time.perf_counter()
 
     def generated(

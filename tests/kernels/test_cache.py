@@ -222,6 +222,31 @@ def test_a_loaded_row_takes_the_prefill_and_leaves_the_others():
     assert cache.peak_bytes >= max(peak_before, cache.live_bytes + source.peak_bytes)
 
 
+def test_a_loaded_row_can_come_from_any_row_of_a_prefill():
+    # given a prefill of two requests: row 0 with 2 positions, row 1 with 3 (one past loop 1)
+    source = _small_cache(batch=2, capacity=3)
+    for layer in range(2):
+        k = (torch.arange(6, dtype=torch.float32) + 10 * layer).view(2, 3, 1, 1).expand(2, 3, 1, 2)
+        source.write_prefix(layer, k.contiguous(), k.contiguous())
+    kept = torch.tensor([[False, False, False], [False, True, False]])
+    source.keep_loop(1, kept)
+    source.commit_prefill(torch.tensor([[1, 1, 0], [1, 2, 1]]), [2, 3])
+    cache = _small_cache(batch=2, capacity=8)
+
+    # when
+    cache.load_row(0, source, source_row=1)
+    cache.load_row(1, source, source_row=0)
+
+    # then each row holds its own request's entries, exit loops and loop-1 entries
+    assert cache.e_len == [3, 2]
+    assert torch.equal(cache.e_k[1, 0, :3, 0, 0], torch.tensor([13.0, 14.0, 15.0]))
+    assert torch.equal(cache.e_v[0, 1, :2, 0, 0], torch.tensor([0.0, 1.0]))
+    assert cache.exit_loop[0, :4].tolist() == [1, 2, 1, 0]
+    store = cache.loops[0]
+    assert store is not None and store.lens == [1, 0]
+    assert torch.equal(store.row(1, 0)[0][0, :, 0, 0], torch.tensor([14.0]))
+
+
 def test_a_loaded_row_drops_the_loop_entries_of_the_request_before():
     # given a cache whose row 0 holds loop-2 entries (and no loop-1 store)
     cache = _small_cache(batch=1, capacity=8)

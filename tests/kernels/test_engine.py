@@ -10,6 +10,7 @@ from kernels.checkpoint import load_checkpoint
 from kernels.engine import Engine, TokenRecord
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, LoopSignals, Ponder, QExit
 from kernels.runner import Trace
+from kernels.scheduler import PrefillSchedule
 from kernels.work import Work
 from tests.kernels.naive import naive_generate
 
@@ -144,6 +145,27 @@ def test_sampled_halting_replays_its_seed_and_matches_the_naive_draws(ouro_tiny,
     assert exits == [t.exit_loop for t in naive] and generated[0] == ids[len(prompt) :]
     assert batched.exit_loop[1, : len(prompt)].tolist() == first.exit_loop[0].tolist()
     assert other.exit_loop[0].tolist() != first.exit_loop[0].tolist()
+
+
+def test_each_row_of_a_prefill_draws_with_its_own_seed(ouro_tiny, prompts):
+    # given two requests' prompts prefilled together, each with its own seed
+    def alone(seed):
+        return Engine(ouro_tiny.model, Ponder(), seed=seed).prefill([prompts[0]]).exit_loop[0]
+
+    engine = Engine(ouro_tiny.model, Ponder(), seed=9)
+
+    # when
+    together = engine.prefill_state([prompts[0], prompts[0]], seeds=[3, 4])
+    length = together.ids.shape[1]
+    schedule = PrefillSchedule(length, length, engine.n_loops)
+    while (step := schedule.plan()) is not None:
+        schedule.advance(step, engine.run_prefill_step(step, together))
+    exits = together.result().exit_loop
+
+    # then each row halts where its seed alone halts, and the seeds really differ
+    assert exits[0].tolist() == alone(3).tolist()
+    assert exits[1].tolist() == alone(4).tolist()
+    assert exits[0].tolist() != exits[1].tolist()
 
 
 def test_an_engine_draws_with_seed_zero_unless_given_one(ouro_tiny, prompts):
@@ -290,6 +312,32 @@ def test_prefill_work_counts_each_computed_loop_head_and_frozen_projection(
         flops.loops(int(loops.sum()), float(keys.sum())) + flops.head * n_real + projections,
         rel=1e-12,
     )
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("rule", [QExit(0.5), Convergence(0.01)], ids=repr)
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_each_rows_prompt_work_adds_up_to_the_prefills(ouro_tiny, prompts, policy, rule, top_k):
+    # given a prefill of three prompts (a continuous batch prefills requests together)
+    engine = Engine(ouro_tiny.model, rule, policy, top_k=top_k)
+
+    # when
+    prefill = engine.prefill(prompts)
+    rows = [engine.prompt_work(prefill, row) for row in range(len(prompts))]
+
+    # then each row's counts are its own, and together they are what the prefill counted
+    total = prefill.work
+    for name in ("token_loops_executed", "token_loops_full", "token_layers_executed"):
+        assert sum(getattr(w, name) for w in rows) == getattr(total, name), name
+    assert sum(w.head_tokens for w in rows) == total.head_tokens
+    for name in ("flops_executed", "flops_full"):
+        assert sum(getattr(w, name) for w in rows) == pytest.approx(getattr(total, name)), name
+    loops = prefill.loops_computed
+    assert [w.token_loops_executed for w in rows] == [int(loops[r].sum()) for r in range(3)]
+    # and a one-row prefill's work is its only row's
+    alone = engine.prefill([prompts[1]])
+    assert engine.prompt_work(alone, 0).token_loops_executed == alone.work.token_loops_executed
+    assert engine.prompt_work(alone, 0).flops_executed == pytest.approx(alone.work.flops_executed)
 
 
 @pytest.mark.parametrize("top_k", [0, 3])
