@@ -6,12 +6,15 @@
         for key, update in batch.step().items():
             ...  # update.events (TokenEvent), update.summary once the run has left
 
-A request joins once a row is free: its prompt is prefilled alone, by its own engine, in
-chunks of at most ``prefill_chunk`` positions (:class:`kernels.scheduler.PrefillSchedule`),
-at most ``prefill_chunk`` position-loops per step for each joining request (one loop of a
-full chunk, or every loop of a short prompt), so a joining prompt adds at most that much
-work to each step of the rows already decoding. Once its prefill is done it is loaded
-into the free row of the batch's cache between steps. Then each step runs one loop for
+A request joins once a row is free: its prompt is prefilled by an engine of its own
+settings, in chunks of at most ``prefill_chunk`` positions
+(:class:`kernels.scheduler.PrefillSchedule`), at most ``prefill_chunk`` position-loops per
+step for each joining request (one loop of a full chunk, or every loop of a short prompt),
+so a joining prompt adds at most that much work to each step of the rows already
+decoding. Requests waiting together with the same prefill settings (all but the seed)
+are prefilled together, one row each, so a crowd arriving at once pays for one prefill's
+steps, not one per request. Once its prefill is done each is loaded into a free row of the
+batch's cache between steps. Then each step runs one loop for
 every row (:class:`kernels.scheduler.Scheduler` plans it,
 :meth:`kernels.runner.StepRunner.run_step` computes it), each row with its own exit rule, q,
 loop cap, KV policy, sampler, token budget and end token. A row leaves when its run
@@ -19,9 +22,9 @@ finishes or is cancelled, and the others go on.
 
 A run's tokens, exit loops and events are those :func:`kernels.stream.generate_stream`
 gives for it alone (same seed, same settings): its prefill is the same computation
-(chunked, which changes only the rounding), its sampler draws from its own generator, and
-the decode differs only in the rounding of batched matrix products. The events'
-``kv_bytes`` are the shared cache's.
+(chunked and beside other prompts, which changes only the rounding), its sampler draws
+from its own generator, and the decode differs only in the rounding of batched matrix
+products. The events' ``kv_bytes`` are the shared cache's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any, Literal
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine
 from kernels.rules import kv_policy
-from kernels.runner import PrefillState
+from kernels.runner import PrefillResult, PrefillState
 from kernels.sampling import Sampler
 from kernels.scheduler import PrefillSchedule, RowSettings, Scheduler
 from kernels.stream import (
@@ -72,9 +75,17 @@ class BatchRun:
     sampler: Sampler
     report: RunReport | None = None  # set once its prefill starts
     engine: Engine | None = None  # the engine it is prefilled by, as alone
-    prefilling: PrefillState | None = None
-    schedule: PrefillSchedule | None = None
+    prefilling: PrefillState | None = None  # shared by the requests prefilled together
+    schedule: PrefillSchedule | None = None  # (the same for all of them)
+    prefill_row: int = 0  # its row of that prefill
     joined: bool = False  # its prefill is done and it holds a row
+
+    @property
+    def prefill_settings(self) -> tuple[Hashable, ...]:
+        """What its prefill engine computes with: requests alike in these (whatever their
+        prompts, seeds and samplers) can share one prefill."""
+        s = self.settings
+        return (s.rule, s.policy, s.n_loops, self.params.top_k)
 
 
 class ContinuousBatch:
@@ -122,7 +133,7 @@ class ContinuousBatch:
         self.waiting: deque[BatchRun] = deque()
         self.runs: dict[Hashable, BatchRun] = {}
         self.cancelled: set[Hashable] = set()
-        self.joining: BatchRun | None = None  # the request being prefilled (one at a time)
+        self.joining: list[BatchRun] = []  # the requests being prefilled (together)
 
     @property
     def busy(self) -> bool:
@@ -181,8 +192,8 @@ class ContinuousBatch:
 
     def joins(self) -> Iterator[dict[Hashable, RunUpdate]]:
         """The first half of a step: cancelled runs leave, and joining requests prefill
-        (:meth:`_prefill_budget`). Yields the cancelled runs' updates, then each joined
-        run's prompt events as soon as its prefill is done, so a server can hand them out
+        (:meth:`_prefill_budget`). Yields the cancelled runs' updates, then the joined
+        runs' prompt events as soon as their prefill is done, so a server can hand them out
         before the other joiners' prefills and the decode (:meth:`decode`, the second
         half) are computed. Run it to its end before :meth:`decode`."""
         updates: dict[Hashable, RunUpdate] = {}
@@ -192,27 +203,51 @@ class ContinuousBatch:
         if updates:
             yield updates
         budget, spent = self._prefill_budget(), 0
-        while True:
-            if self.joining is None:
-                if not self.waiting or self.scheduler.free_row() is None:
+        while self.joining or self._start_prefill():
+            lead = self.joining[0]
+            engine, prefilling, schedule = lead.engine, lead.prefilling, lead.schedule
+            assert engine and prefilling and schedule
+            while (step := schedule.plan()) is not None:
+                cost = len(self.joining) * (step.stop - step.start)  # position-loops
+                if spent and spent + cost > budget:
                     return
-                self.joining = run = self.waiting.popleft()
-                run.engine = engine = request_engine(self.loaded, run.params)
-                run.report = RunReport(self.loaded, run.prompt, engine)
-                run.prefilling = engine.prefill_state([run.prompt])
-                run.schedule = PrefillSchedule(len(run.prompt), self.prefill_chunk, engine.n_loops)
-            run = self.joining
-            assert run.engine and run.prefilling and run.schedule
-            while (step := run.schedule.plan()) is not None:
-                width = step.stop - step.start
-                if spent and spent + width > budget:
-                    return
-                run.schedule.advance(step, run.engine.run_prefill_step(step, run.prefilling))
-                spent += width
-            self.joining = None
+                schedule.advance(step, engine.run_prefill_step(step, prefilling))
+                spent += cost
+            prefill = prefilling.result()
             updates = {}
-            self._join(run, updates)
+            group, self.joining = self.joining, []
+            for run in group:
+                self._join(run, prefill, updates)
             yield updates
+
+    def _start_prefill(self) -> bool:
+        """The waiting requests at the head of the queue that share their prefill settings
+        start one prefill together, one row each, as many as there are free rows."""
+        free = sum(row is None for row in self.scheduler.rows)
+        while (
+            self.waiting
+            and len(self.joining) < free
+            and (
+                not self.joining
+                or self.waiting[0].prefill_settings == self.joining[0].prefill_settings
+            )
+        ):
+            self.joining.append(self.waiting.popleft())
+        if not self.joining:
+            return False
+        engine = request_engine(self.loaded, self.joining[0].params)
+        prompts = [run.prompt for run in self.joining]
+        prefilling = engine.prefill_state(prompts, seeds=[run.params.seed for run in self.joining])
+        schedule = PrefillSchedule(max(map(len, prompts)), self.prefill_chunk, engine.n_loops)
+        for i, run in enumerate(self.joining):
+            run.engine, run.prefilling, run.schedule, run.prefill_row = (
+                engine,
+                prefilling,
+                schedule,
+                i,
+            )
+            run.report = RunReport(self.loaded, run.prompt, engine)
+        return True
 
     def _prefill_budget(self) -> int:
         """Position-loops of prefill in this step: at most ``prefill_chunk`` for each
@@ -223,7 +258,7 @@ class ContinuousBatch:
         step or two instead of one request a step: each adds at most one chunk of work.
         """
         free = sum(row is None for row in self.scheduler.rows)
-        joiners = min(free, (self.joining is not None) + len(self.waiting))
+        joiners = min(free, len(self.joining) + len(self.waiting))
         return self.prefill_chunk * max(1, joiners)
 
     def decode(self) -> dict[Hashable, RunUpdate]:
@@ -260,23 +295,24 @@ class ContinuousBatch:
             self.held = []
         return updates
 
-    def _join(self, run: BatchRun, updates: dict[Hashable, RunUpdate]) -> None:
-        """A prefilled request takes the free row (its prompt's events come out now)."""
-        params, row = run.params, self.scheduler.free_row()
-        assert run.report and run.prefilling and row is not None
-        prefill = run.prefilling.result()
-        run.prefilling = None
-        assert prefill.cache is not None
+    def _join(
+        self, run: BatchRun, prefill: PrefillResult, updates: dict[Hashable, RunUpdate]
+    ) -> None:
+        """A prefilled request (row ``run.prefill_row`` of ``prefill``) takes a free row;
+        its prompt's events come out now."""
+        params, row, mine = run.params, self.scheduler.free_row(), run.prefill_row
+        assert run.report and prefill.cache is not None and row is not None
+        run.prefilling = run.schedule = None
         run.joined = True
         update = updates.setdefault(run.key, RunUpdate())
-        update.events.extend(run.report.prompt_events(prefill, params.top_k))
+        update.events.extend(run.report.prompt_events(prefill, params.top_k, mine))
         if params.max_new_tokens == 0:
             self._leave(run.key, "max_new_tokens", updates)
             return
         cache = self.decoding.cache
-        cache.load_row(row, prefill.cache, extra=params.max_new_tokens)
+        cache.load_row(row, prefill.cache, extra=params.max_new_tokens, source_row=mine)
         self.decoding.works[row] = Work()
-        token = run.sampler(prefill.logits[0, len(run.prompt) - 1], 0)
+        token = run.sampler(prefill.logits[mine, len(run.prompt) - 1], 0)
         self.scheduler.start(row, run.key, run.settings, token, cache.e_len[row])
         self.engine.start_tokens(self.decoding, [row], [token], [run.settings])
 
@@ -292,8 +328,8 @@ class ContinuousBatch:
             return
         if run in self.waiting:
             self.waiting.remove(run)
-        if self.joining is run:
-            self.joining = None
+        if run in self.joining:  # the others' prefill goes on; its row is not used
+            self.joining.remove(run)
         freed = self.scheduler.cancel(key) if row is None else row
         self.held = [(r, token) for r, token in self.held if r != freed]
         update = updates.setdefault(key, RunUpdate())

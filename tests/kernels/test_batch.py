@@ -31,8 +31,8 @@ REQUESTS = {
 MARGIN = 1e-4
 
 
-def alone(loaded, key):
-    prompt, params = REQUESTS[key]
+def alone(loaded, key, requests=REQUESTS):
+    prompt, params = requests[key]
     stream = generate_stream(loaded, prompt, params)
     return [e.to_dict() for e in stream], stream.summary
 
@@ -334,3 +334,74 @@ def test_a_joined_runs_prompt_events_come_before_the_next_joiners_prefill_and_th
     assert [list(part) for part in joins] == [["fixed"]]
     batch.decode()
     assert work.token_loops_executed == decoded + 1
+
+
+# Requests alike in their prefill settings (rule, KV policy, loops, lens width): the first
+# three on q = 0.6, the last two on sampled halting, whose draws follow each one's seed
+ALIKE = {
+    "a": ("def loop(x):", GenerationParams(max_new_tokens=5, q=0.6)),
+    "b": ("while True:", GenerationParams(max_new_tokens=6, q=0.6, temperature=0.8, seed=5)),
+    "c": ("x = [1, 2]", GenerationParams(max_new_tokens=4, q=0.6, seed=2)),
+    "p1": ("if a:", GenerationParams(max_new_tokens=4, exit_rule="ponder", seed=1)),
+    "p2": ("if a:", GenerationParams(max_new_tokens=4, exit_rule="ponder", seed=2)),
+}
+
+
+def test_requests_alike_are_prefilled_together_and_each_runs_as_alone(ouro_tiny):
+    # given five requests arriving together, in two kinds of prefill settings
+    want = {key: alone(ouro_tiny, key, ALIKE) for key in ALIKE}
+    for key, (run, _) in want.items():
+        assert_no_near_tie(run, ALIKE[key][1])
+    batch = ContinuousBatch(ouro_tiny, max_rows=5, prefill_chunk=1)
+    for key, (prompt, params) in ALIKE.items():
+        batch.add(key, prompt, params)
+
+    # when the batch takes its first step (one prompt position a step for each request)
+    first = batch.step()
+
+    # then the first kind shares one prefill, a row each, and the other kind waits for it
+    runs = batch.runs
+    assert not first
+    assert runs["a"].prefilling is runs["b"].prefilling is runs["c"].prefilling is not None
+    assert runs["p1"].prefilling is None and runs["p2"].prefilling is None
+    assert [runs[key].prefill_row for key in "abc"] == [0, 1, 2]
+    # and once the first kind has joined, the other kind shares one prefill too
+    events: dict[Hashable, list[dict[str, Any]]] = {}
+    while runs["p1"].prefilling is None:
+        for joined, update in batch.step().items():
+            events.setdefault(joined, []).extend(e.to_dict() for e in update.events)
+    assert all(runs[key].joined for key in "abc")
+    assert runs["p1"].prefilling is runs["p2"].prefilling
+    assert (runs["p1"].prefill_row, runs["p2"].prefill_row) == (0, 1)
+
+    # and when the batch runs to the end, every request streamed what it streams alone
+    rest, summaries, _ = drive(batch, {})
+    for key, more in rest.items():
+        events.setdefault(key, []).extend(more)
+    for key, (want_events, want_summary) in want.items():
+        assert_same_run(events[key], want_events)
+        for name in ("generated_tokens", "token_loops_executed", "token_loops_full"):
+            assert summaries[key][name] == want_summary[name], (key, name)
+    exits = {key: [e["exit_loop"] for e in want[key][0]] for key in ("p1", "p2")}
+    assert exits["p1"] != exits["p2"]  # the seeds really changed the halting
+
+
+def test_a_request_stopped_while_prefilled_with_others_leaves_them_unchanged(ouro_tiny):
+    # given three alike requests prefilling together
+    want = {key: alone(ouro_tiny, key, ALIKE) for key in ("a", "c")}
+    batch = ContinuousBatch(ouro_tiny, max_rows=3, prefill_chunk=1)
+    for key in ("a", "b", "c"):
+        batch.add(key, *ALIKE[key])
+    batch.step()
+    assert batch.runs["b"].prefilling is batch.runs["a"].prefilling
+
+    # when the middle one is stopped before its prefill is done
+    batch.cancel("b")
+    events, summaries, _ = drive(batch, {})
+
+    # then it left with nothing generated, and the others ran as alone
+    assert summaries["b"] == {"stopped": "stopped", "generated_tokens": 0}
+    assert "b" not in events or not events["b"]
+    for key in ("a", "c"):
+        assert_same_run(events[key], want[key][0])
+    assert not batch.busy
