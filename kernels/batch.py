@@ -74,7 +74,7 @@ class BatchRun:
     settings: RowSettings
     sampler: Sampler
     report: RunReport | None = None  # set once its prefill starts
-    engine: Engine | None = None  # the engine it is prefilled by, as alone
+    engine: Engine | None = None  # the engine it is prefilled by, with its settings
     prefilling: PrefillState | None = None  # shared by the requests prefilled together
     schedule: PrefillSchedule | None = None  # (the same for all of them)
     prefill_row: int = 0  # its row of that prefill
