@@ -29,6 +29,11 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 KEY = "playground:run:{}"
+# Connections of the viewers' shared client: a viewer's blocking XREAD holds one while it
+# waits, so the pool needs one per open stream (redis-py's asyncio pool stops at 100, and
+# a viewer refused one would poll the database instead); Redis's own ``maxclients``
+# (10,000 by default) is the bound.
+READERS_MAX = 10_000
 
 
 def stream_key(run_id: object) -> str:
@@ -115,14 +120,15 @@ def _execute(pipe) -> None:
 async def reading_client() -> Any:
     """The running loop's asyncio client for viewers, shared by all of them: a client of
     each viewer's own would open a connection and run redis-py's handshake per stream. A
-    viewer's blocking XREAD holds one of its pooled connections only while it waits."""
+    viewer's blocking XREAD holds one of its pooled connections only while it waits
+    (``READERS_MAX`` of them)."""
     import redis.asyncio as aioredis
 
     loop = asyncio.get_running_loop()
     held = _readers.get(loop)
     if held is not None and held[0] == settings.REDIS_URL:
         return held[1]
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    client = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=READERS_MAX)
     _readers[loop] = (settings.REDIS_URL, client)
     if held is not None:
         await held[1].aclose()

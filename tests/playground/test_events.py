@@ -411,6 +411,35 @@ def test_viewers_share_the_loops_redis_connections(stream, run_factory):
 
 
 @pytest.mark.services
+def test_more_viewers_than_a_default_redis_pool_all_read_the_stream(stream, run_factory, caplog):
+    # given a live run, and more viewers on one event loop than redis-py's asyncio pool
+    # holds by default (100): each viewer's blocking read holds a connection while it waits
+    run = run_factory(status="running", heartbeat_at=timezone.now())
+    viewers = 120
+
+    async def watch_all() -> list[list[str]]:
+        async def one() -> list[str]:
+            return [chunk async for chunk in run_event_stream(run=run)]
+
+        watching = [asyncio.ensure_future(one()) for _ in range(viewers)]
+        await asyncio.sleep(1.0)  # every viewer blocked on the stream
+        streams.publish_tokens(run_id=run.id, events=[make_event(0)])
+        end = {"status": "done", "stats": {}}
+        streams.publish_end(run_id=run.id, last_position=0, event="done", data=end)
+        return await asyncio.gather(*watching)
+
+    # when
+    with caplog.at_level("WARNING", logger="playground.events"):
+        seen = run_async(watch_all())
+
+    # then every viewer got the event from Redis: none fell back to polling the database
+    assert [[e.get("event") for e in parse(chunks)] for chunks in seen] == [
+        ["run", "token", "done"]
+    ] * viewers
+    assert "polling the database" not in caplog.text
+
+
+@pytest.mark.services
 def test_the_stream_entries_are_keyed_by_position(stream, run_factory):
     # given
     run = run_factory()
