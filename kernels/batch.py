@@ -54,6 +54,9 @@ LENS_WIDTH = 50  # the widest logit lens a request may ask for (GenerationParams
 # prompt position-loops a joining request prefills per step: on the shipped model one
 # loop of 32 positions costs about one decode step of 8 rows
 PREFILL_CHUNK = 32
+# prompt positions (padded to the longest) one shared prefill holds: its per-position
+# state holds (positions, vocab) logits, so eight long prompts prefill in smaller groups
+PREFILL_GROUP = 2048
 
 
 @dataclass
@@ -104,6 +107,8 @@ class ContinuousBatch:
             does; ``"compact"`` skips them.
             Output is the same; only the benchmarks use it.
         prefill_chunk: prompt positions a joining request prefills per step.
+        prefill_group: prompt positions, padded to the longest, that requests prefilled
+            together may hold (a request alone always may).
     """
 
     def __init__(
@@ -115,12 +120,14 @@ class ContinuousBatch:
         capacity: int | None = None,
         lockstep: Literal["dense", "compact"] | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
+        prefill_group: int = PREFILL_GROUP,
     ) -> None:
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
         if lockstep not in (None, "dense", "compact"):
             raise ValueError(f"lockstep must be 'dense', 'compact' or None, got {lockstep!r}")
         self.loaded, self.lockstep, self.prefill_chunk = loaded, lockstep, prefill_chunk
+        self.prefill_group = prefill_group
         self.capacity = capacity or loaded.config.max_position_embeddings
         self.held: list[tuple[int, int]] = []  # lockstep: (row, next token) not yet started
         self.max_loops = max_loops or 2 * loaded.config.total_ut_steps
@@ -222,17 +229,17 @@ class ContinuousBatch:
 
     def _start_prefill(self) -> bool:
         """The waiting requests at the head of the queue that share their prefill settings
-        start one prefill together, one row each, as many as there are free rows."""
+        start one prefill together, one row each, as many as there are free rows and
+        ``prefill_group`` positions allow."""
         free = sum(row is None for row in self.scheduler.rows)
-        while (
-            self.waiting
-            and len(self.joining) < free
-            and (
-                not self.joining
-                or self.waiting[0].prefill_settings == self.joining[0].prefill_settings
-            )
-        ):
-            self.joining.append(self.waiting.popleft())
+        while self.waiting and len(self.joining) < free:
+            run, group = self.waiting[0], self.joining
+            if group and (
+                run.prefill_settings != group[0].prefill_settings
+                or (len(group) + 1) * max(len(r.prompt) for r in (run, *group)) > self.prefill_group
+            ):
+                break
+            group.append(self.waiting.popleft())
         if not self.joining:
             return False
         engine = request_engine(self.loaded, self.joining[0].params)

@@ -405,3 +405,19 @@ def test_a_request_stopped_while_prefilled_with_others_leaves_them_unchanged(our
     for key in ("a", "c"):
         assert_same_run(events[key], want[key][0])
     assert not batch.busy
+
+
+def test_long_prompts_prefill_in_groups_that_fit_the_position_bound(ouro_tiny):
+    # given three alike requests with 10-position prompts, and room for 25 padded positions
+    # in one shared prefill
+    batch = ContinuousBatch(ouro_tiny, max_rows=3, prefill_chunk=1, prefill_group=25)
+    for key in "xyz":
+        batch.add(key, "0123456789", GenerationParams(max_new_tokens=1, q=0.6))
+
+    # when the first prefill starts
+    batch.step()
+
+    # then two of them share it, and the third waits for the next
+    runs = batch.runs
+    assert runs["x"].prefilling is runs["y"].prefilling is not None
+    assert runs["z"].prefilling is None
