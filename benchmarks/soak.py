@@ -61,6 +61,7 @@ SOAK_ENV = {
     "PLAYGROUND_MAX_QUEUED": "64",
     "PLAYGROUND_QUEUED_TIMEOUT_S": "60",  # a run the killed Redis took with it ends too
     "PLAYGROUND_STREAM_TTL_S": "120",
+    "PLAYGROUND_VISITOR_STREAMS": "100",  # its 50 viewers share one address
 }
 
 
@@ -125,8 +126,9 @@ def rss_mib(pids: list[int]) -> float:
             status = Path(f"/proc/{pid}/status").read_text()
         except FileNotFoundError:
             continue
-        total += next(
-            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")
+        total += next(  # an exited process not yet reaped has none
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")),
+            0,
         )
     return total / 1024
 
