@@ -34,7 +34,6 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -44,7 +43,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from loopatlas.outage import DATABASE_ERRORS
-from playground import selectors, services, streams
+from playground import feeds, selectors, services, streams
 from playground.models import Run
 from playground.serializers import RunSerializer
 from playground.visitors import visitor_address
@@ -276,24 +275,32 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
     database stays the reference: a position missing from the stream (a publish that
     failed) is read from it before anything later is sent, and when Redis cannot be
     reached the viewer goes on by polling the database."""
-    from redis.exceptions import RedisError
-
     for chunk in await relay.catch_up():
         yield chunk
     if relay.ended:
         return
     client = await streams.reading_client()
     key = streams.stream_key(relay.run.id)
+    start = streams.after_position_id(relay.after)
+    async with feeds.watching(client, key, start, _block_ms()) as feed:
+        async for chunk in _from_feed(relay, feed):
+            yield chunk
+
+
+async def _from_feed(relay: _Relay, feed: feeds.RunFeed) -> AsyncIterator[str]:
+    """The viewer's side of the run's shared read (:mod:`playground.feeds`)."""
+    from redis.exceptions import RedisError
+
     while True:
         start = streams.after_position_id(relay.after)
         try:
-            reply = await client.xread({key: start}, count=BATCH, block=_block_ms())
+            entries = await feed.read(start, settings.PLAYGROUND_SSE_HEARTBEAT_S)
         except RedisError:
             logger.warning("run %s: Redis unreachable, polling the database", relay.run.id)
             async for chunk in _from_database(relay):
                 yield chunk
             return
-        if not reply:  # quiet: a heartbeat, and a look at the run in the database
+        if not entries:  # quiet: a heartbeat, and a look at the run in the database
             yield ": ping\n\n"
             relay.last_sent = time.monotonic()
             for chunk in await relay.look():
@@ -301,9 +308,7 @@ async def _from_redis(relay: _Relay) -> AsyncIterator[str]:
             if relay.ended:
                 return
             continue
-        # RESP2 reply of one stream: [(key, [(entry id, {field: value}), ...])]
-        entries = cast(list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], reply)
-        for _entry_id, fields in entries[0][1]:
+        for _entry_id, fields in entries:
             kind, data = fields[b"event"].decode(), json.loads(fields[b"data"])
             if kind == "token":
                 if data["position"] > relay.after + 1:  # a gap: fill it from the store

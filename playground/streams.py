@@ -29,9 +29,9 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 KEY = "playground:run:{}"
-# Connections of the viewers' shared client: a viewer's blocking XREAD holds one while it
-# waits, so the pool needs one per open stream (redis-py's asyncio pool stops at 100, and
-# a viewer refused one would poll the database instead); Redis's own ``maxclients``
+# Connections of the viewers' shared client: each live run watched on a loop holds one
+# for its blocking read (playground.feeds), and redis-py's asyncio pool stops at 100 (a
+# viewer refused one would poll the database instead); Redis's own ``maxclients``
 # (10,000 by default) is the bound.
 READERS_MAX = 10_000
 
@@ -120,8 +120,8 @@ def _execute(pipe) -> None:
 async def reading_client() -> Any:
     """The running loop's asyncio client for viewers, shared by all of them: a client of
     each viewer's own would open a connection and run redis-py's handshake per stream. A
-    viewer's blocking XREAD holds one of its pooled connections only while it waits
-    (``READERS_MAX`` of them)."""
+    live run's shared read (:mod:`playground.feeds`) holds one of its pooled connections
+    while it waits (``READERS_MAX`` of them)."""
     import redis.asyncio as aioredis
 
     loop = asyncio.get_running_loop()
