@@ -196,7 +196,8 @@ def measure(stack, loaded, *, rounds: int, tokens: int, viewers: int) -> list[st
         bare_first.append(_bare(loaded, short)["first_token"])
 
     served_tps, bare_tps, intervals, served_cpu, bare_cpu = [], [], [], [], []
-    pool = stack.worker_pool_pids()
+    assert stack.web is not None and stack.worker is not None
+    pool = [stack.worker.pid]  # --pool threads: the generations run in the worker process
     for _ in range(rounds):
         before = _cpu_seconds(pool)
         final, (seen,) = asyncio.run(_serve(base, long, 1))
@@ -207,7 +208,7 @@ def measure(stack, loaded, *, rounds: int, tokens: int, viewers: int) -> list[st
         bare_tps.append(bare["tokens_per_s"])
         bare_cpu.append(bare["cpu_per_token"])
 
-    processes = {"web": [stack.web.pid], "worker": [stack.worker.pid, *stack.worker_pool_pids()]}
+    processes = {"web": [stack.web.pid], "worker": pool}
     cpu_before = {name: _cpu_seconds(pids) for name, pids in processes.items()}
     final, seen_by = asyncio.run(_serve(base, long, viewers))
     cpu = {name: _cpu_seconds(pids) - cpu_before[name] for name, pids in processes.items()}
