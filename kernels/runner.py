@@ -438,8 +438,7 @@ class StepRunner:
         work = Work()
         n_real = sum(lengths)
         work.token_loops_full = n_real * self.n_loops
-        work.flops_full = self.n_loops * self.flops.loops(n_real, float(keys[real.flatten()].sum()))
-        work.flops_full += self.flops.head * self.full_heads * n_real
+        work.flops_full = self._prompt_flops_full(n_real, float(keys[real.flatten()].sum()))
         tracing = self.tracing
         return PrefillState(
             ids=ids,
@@ -485,9 +484,12 @@ class StepRunner:
             flops_executed=self.flops.loops(executed, seen)
             + self.flops.head * heads
             + self.flops.kv_projection * layers * frozen,
-            flops_full=self.n_loops * self.flops.loops(n, n * (n + 1) / 2)
-            + self.flops.head * self.full_heads * n,
+            flops_full=self._prompt_flops_full(n, n * (n + 1) / 2),
         )
+
+    def _prompt_flops_full(self, n: int, keys: float) -> float:
+        """What full depth costs ``n`` prompt positions seeing ``keys`` keys in all."""
+        return self.n_loops * self.flops.loops(n, keys) + self.flops.head * self.full_heads * n
 
     @torch.no_grad()
     def run_prefill_step(self, step: ChunkStep, prefilling: PrefillState) -> bool:
