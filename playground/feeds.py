@@ -46,7 +46,7 @@ class RunFeed:
         while True:
             try:
                 reply = await self.client.xread({self.key: last}, count=500, block=self.block_ms)
-            except Exception as exc:  # noqa: BLE001 (every viewer hears of it and decides)
+            except Exception as exc:  # every viewer hears of it, and decides
                 self.error = exc
                 async with self.changed:
                     self.changed.notify_all()
