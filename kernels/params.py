@@ -21,21 +21,28 @@ MAX_LOOPS = 32  # any T a model may run at (2 × its trained T is checked per mo
 
 @dataclass(frozen=True)
 class Bound:
-    """A closed interval ``[low, high]``, or ``(low, high]`` when ``low_open``."""
+    """A closed interval ``[low, high]``, or ``(low, high]`` when ``low_open``; with
+    ``or_from``, ``low`` itself or ``[or_from, high]`` (the values between are refused)."""
 
     low: float
     high: float
     low_open: bool = False
+    or_from: float | None = None
 
     def contains(self, value: float) -> bool:
         if not math.isfinite(value) or value > self.high:
             return False
+        if self.or_from is not None and value != self.low:
+            return value >= self.or_from
         return value > self.low if self.low_open else value >= self.low
 
     def describe(self) -> str:
-        """The bound in words, for error messages: ``must lie in (0, 1]``."""
-        left = "(" if self.low_open else "["
-        return f"must lie in {left}{_number(self.low)}, {_number(self.high)}]"
+        """The bound in words, for error messages: ``must lie in (0, 1]``, or ``must be 0
+        or lie in [0.05, 5]``."""
+        low, high = _number(self.low), _number(self.high)
+        if self.or_from is not None:
+            return f"must be {low} or lie in [{_number(self.or_from)}, {high}]"
+        return f"must lie in {'(' if self.low_open else '['}{low}, {high}]"
 
 
 def _number(value: float) -> str:
@@ -49,8 +56,13 @@ BOUNDS: dict[str, Bound] = {
     "fixed_loops": Bound(1, MAX_LOOPS),
     "act_eps": Bound(0, 0.5),  # act: halt once the gates sum to 1 - act_eps
     "loops": Bound(1, MAX_LOOPS),
-    "temperature": Bound(0, 5),  # 0 = greedy; beyond 5 sampling is near uniform noise
-    "top_p": Bound(0, 1, low_open=True),
+    # 0 = greedy; beyond 5 sampling is near uniform noise. Below 0.05 a one-logit lead of
+    # the top token becomes e^20 to 1, greedy in all but name, so ask for 0; the sampler
+    # draws in float64, where 0.05 scales any float32 logit far inside its range.
+    "temperature": Bound(0, 5, or_from=0.05),
+    # the top token always stays, so any top_p > 0 samples; a nucleus under 1% of the
+    # mass is that token alone on any peaked distribution, and the bound says so
+    "top_p": Bound(0.01, 1),
     "seed": Bound(0, 2**63 - 1),
     "top_k": Bound(0, 20),  # logit-lens width per computed loop
 }

@@ -49,6 +49,13 @@ def _bounded(kind: type[forms.IntegerField], name: str, **options: Any) -> forms
                 raise ValidationError(f"Ensure this value is greater than {bound.low}.")
 
         validators.append(above)
+    if (least := bound.or_from) is not None:  # low itself, or at least or_from
+
+        def outside_gap(value: float) -> None:
+            if value is not None and bound.low < value < least:
+                raise ValidationError(f"This value {bound.describe()}.")
+
+        validators.append(outside_gap)
     options.setdefault("initial", getattr(DEFAULTS, name))
     if issubclass(kind, forms.FloatField):
         return kind(min_value=bound.low, max_value=bound.high, validators=validators, **options)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from kernels.params import BOUNDS, CHOICES, RunParams
+from kernels.params import BOUNDS, CHOICES, Bound, RunParams
 from playground.comparison import Compared, Comparison
 from playground.models import Run
 from playground.services import MAX_PROMPT_CHARS
@@ -31,7 +31,10 @@ def run_param_fields() -> dict[str, serializers.Field]:
         bound = BOUNDS[field.name]
         hint = hints[field.name]
         integer = int in (hint, *typing.get_args(hint))
-        validators = [_open_low(bound.low, bound.describe())] if bound.low_open else []
+        # min/max cannot say all (an open low end, "0 or at least m"): a validator checks
+        # the rest, and the schema's description states the whole bound
+        validators = [_within(bound)]
+        options["help_text"] = bound.describe().capitalize() + "."
         if integer:  # an integer field's bounds are whole numbers
             built[field.name] = serializers.IntegerField(
                 min_value=int(bound.low),
@@ -46,10 +49,12 @@ def run_param_fields() -> dict[str, serializers.Field]:
     return built
 
 
-def _open_low(low: float, message: str) -> typing.Callable[[float], None]:
+def _within(bound: Bound) -> typing.Callable[[float], None]:
+    """Refuses a value that min/max let through and ``bound`` does not."""
+
     def check(value: float) -> None:
-        if value <= low:
-            raise serializers.ValidationError(message)
+        if bound.low <= value <= bound.high and not bound.contains(value):
+            raise serializers.ValidationError(bound.describe())
 
     return check
 

@@ -43,6 +43,16 @@ def test_a_bound_describes_whether_its_low_end_is_open():
     assert not q.contains(float("nan"))
 
 
+def test_a_bound_can_allow_its_low_end_or_values_from_a_minimum():
+    # given
+    temperature = Bound(0, 5, or_from=0.05)
+
+    # then
+    inside = [temperature.contains(v) for v in (0, 1e-300, 0.049, 0.05, 5, 5.01, -1e-300)]
+    assert inside == [True, False, False, True, True, False, False]
+    assert temperature.describe() == "must be 0 or lie in [0.05, 5]"
+
+
 def test_run_params_name_every_field_out_of_bounds():
     # when
     errors = RunParams(q=0, temperature=6, fixed_loops=99, exit_rule="sometimes").errors()
@@ -50,11 +60,11 @@ def test_run_params_name_every_field_out_of_bounds():
     # then
     assert errors == {
         "q": "must lie in (0, 1]",
-        "temperature": "must lie in [0, 5]",
+        "temperature": "must be 0 or lie in [0.05, 5]",
         "fixed_loops": "must lie in [1, 32]",
         "exit_rule": "must be one of q-exit, convergence, fixed, ponder, act",
     }
-    with pytest.raises(ValueError, match="temperature must lie in"):
+    with pytest.raises(ValueError, match="temperature must be 0 or lie in"):
         RunParams(temperature=6).validate()
 
 
@@ -136,6 +146,10 @@ def test_the_form_refuses_what_the_bounds_refuse(client):
         ("loops", 33, "less than or equal to 32"),
         ("top_k", 21, "less than or equal to 20"),
         ("q", 0, "must lie in (0, 1]"),
+        # what the sampler cannot honour (1e-300 rounds to 0 in float32)
+        ("temperature", 1e-300, "must be 0 or lie in [0.05, 5]"),
+        ("temperature", 0.01, "must be 0 or lie in [0.05, 5]"),
+        ("top_p", 1e-300, "greater than or equal to 0.01"),
     ],
 )
 @pytest.mark.django_db
@@ -151,3 +165,42 @@ def test_an_out_of_bounds_value_is_a_400_naming_the_bound(client, field, value, 
     assert response.status_code == 400
     assert named in " ".join(response.json()["errors"][field])
     assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_tiny_top_p_is_refused_with_any_temperature(client):
+    # when
+    response = client.post(
+        "/api/v1/runs/",
+        {"prompt": "def f():", "temperature": 5, "top_p": 1e-300},
+        content_type="application/json",
+    )
+
+    # then
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == ["top_p"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_form_refuses_a_temperature_between_greedy_and_its_minimum(client):
+    # when
+    response = client.post(
+        "/playground/", {"prompt": "x", "decoding": "sample", "temperature": "0.01", "top_p": "1"}
+    )
+
+    # then
+    assert response.status_code == 400
+    assert "must be 0 or lie in [0.05, 5]" in response.content.decode()
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_schema_states_the_sampling_bounds(client):
+    # when
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+    # then
+    fields = schema["components"]["schemas"]["RunCreateRequest"]["properties"]
+    assert fields["temperature"]["description"] == "Must be 0 or lie in [0.05, 5]."
+    assert (fields["top_p"]["minimum"], fields["top_p"]["maximum"]) == (0.01, 1)
