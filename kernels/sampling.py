@@ -1,6 +1,15 @@
-"""Next-token sampling: greedy, temperature and nucleus (top-p), seeded per sequence."""
+"""Next-token sampling: greedy, temperature and nucleus (top-p), seeded per sequence.
+
+A draw never raises for a valid setting, whatever the logits: it is computed in float64
+(a small temperature scales float32 logits far inside its range, and a small top-p is not
+rounded to 0), the top token always survives top-p, and logits that give no distribution
+(NaN, +inf, all -inf) fall back to the greedy token. A batch samples every row in Python
+between steps, so one row's bad draw must not end the others' runs.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -26,11 +35,24 @@ class Sampler:
     def __call__(self, logits: Tensor, row: int = 0) -> int:
         """logits (V,) of one sequence -> a token id."""
         if self.temperature == 0.0:
-            return int(logits.argmax())
-        probs = torch.softmax(logits.float().cpu() / self.temperature, dim=-1)
+            return greedy(logits)
+        probs = torch.softmax(logits.detach().to("cpu", torch.float64) / self.temperature, -1)
+        if not bool(probs.isfinite().all()):  # NaN or +inf logits, or every one -inf
+            return greedy(logits)
         if self.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
             before = sorted_probs.cumsum(-1) - sorted_probs  # mass ranked above each token
-            sorted_probs[before >= self.top_p] = 0.0  # the top token always stays
+            outside = before >= self.top_p
+            outside[0] = False  # the top token always stays, however small top_p is
+            sorted_probs[outside] = 0.0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
         return int(torch.multinomial(probs, 1, generator=self._generator(row)))
+
+
+def greedy(logits: Tensor) -> int:
+    """The top token (the first of equals); a NaN never wins and a +inf always does, so
+    any logits give a token (0 when every one is NaN)."""
+    token = int(logits.argmax())
+    if not math.isnan(logits[token]):  # argmax ranks a NaN first; finite logits end here
+        return token
+    return int(logits.nan_to_num(nan=-math.inf).argmax())
