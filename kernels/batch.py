@@ -5,6 +5,7 @@
     while batch.busy:
         for key, update in batch.step().items():
             ...  # update.events (TokenEvent), update.summary once the run has left
+            ...  # (or update.error, if its own work raised)
 
 A request joins once a row is free: its prompt is prefilled by an engine of its own
 settings, in chunks of at most ``prefill_chunk`` positions
@@ -20,6 +21,13 @@ every row (:class:`kernels.scheduler.Scheduler` plans it,
 loop cap, KV policy, sampler, token budget and end token. A row leaves when its run
 finishes or is cancelled, and the others go on.
 
+A row cannot fail its batch: whatever a run's own Python work raises (its sampling, its
+events, its summary, its joining a row) ends that run alone, with the error in its
+update, and the others go on with the tokens they get without it; a prefill that raises
+fails the requests prefilled together. Only a failure of the shared decode step itself
+(one tensor computation for every row) is nobody's alone: it propagates, and the caller
+fails the whole batch (:mod:`workers.batching`).
+
 A run's tokens, exit loops and events are those :func:`kernels.stream.generate_stream`
 gives for it alone (same seed, same settings): its prefill is the same computation
 (chunked and beside other prompts, which changes only the rounding), its sampler draws
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,6 +74,12 @@ class RunUpdate:
 
     events: list[TokenEvent] = field(default_factory=list)
     summary: dict[str, Any] | None = None  # set once the run has left the batch
+    error: Exception | None = None  # set instead if it left because its own work raised
+
+    @property
+    def left(self) -> bool:
+        """The run has left the batch (finished, stopped or failed)."""
+        return self.summary is not None or self.error is not None
 
 
 @dataclass
@@ -188,13 +203,15 @@ class ContinuousBatch:
     def step(self) -> dict[Hashable, RunUpdate]:
         """Run one prefill step of the joining requests (each joins once its prefill is
         done), then one loop for every row; return each run's new events (and summary
-        when it has left). The same as :meth:`joins` then :meth:`decode`."""
+        when it has left, or the error its own work raised). The same as :meth:`joins`
+        then :meth:`decode`."""
         updates: dict[Hashable, RunUpdate] = {}
         for part in (*self.joins(), self.decode()):
             for key, update in part.items():
                 merged = updates.setdefault(key, RunUpdate())
                 merged.events.extend(update.events)
                 merged.summary = update.summary or merged.summary
+                merged.error = update.error or merged.error
         return updates
 
     def joins(self) -> Iterator[dict[Hashable, RunUpdate]]:
@@ -205,26 +222,38 @@ class ContinuousBatch:
         half) are computed. Run it to its end before :meth:`decode`."""
         updates: dict[Hashable, RunUpdate] = {}
         for key in list(self.cancelled):
-            self._leave(key, "stopped", updates)
+            with self._alone(key, updates):
+                self._leave(key, "stopped", updates)
         self.cancelled.clear()
         if updates:
             yield updates
         budget, spent = self._prefill_budget(), 0
-        while self.joining or self._start_prefill():
-            lead = self.joining[0]
-            engine, prefilling, schedule = lead.engine, lead.prefilling, lead.schedule
-            assert engine and prefilling and schedule
-            while (step := schedule.plan()) is not None:
-                cost = len(self.joining) * (step.stop - step.start)  # position-loops
-                if spent and spent + cost > budget:
-                    return
-                schedule.advance(step, engine.run_prefill_step(step, prefilling))
-                spent += cost
-            prefill = prefilling.result()
+        while True:
             updates = {}
+            try:
+                if not (self.joining or self._start_prefill()):
+                    return
+                lead = self.joining[0]
+                engine, prefilling, schedule = lead.engine, lead.prefilling, lead.schedule
+                assert engine and prefilling and schedule
+                while (step := schedule.plan()) is not None:
+                    cost = len(self.joining) * (step.stop - step.start)  # position-loops
+                    if spent and spent + cost > budget:
+                        return
+                    schedule.advance(step, engine.run_prefill_step(step, prefilling))
+                    spent += cost
+                prefill = prefilling.result()
+            except Exception as exc:  # the group's own tensors: only its requests fail
+                if not self.joining:  # no request's own: the caller fails the batch
+                    raise
+                for run in list(self.joining):
+                    self._fail(run.key, exc, updates)
+                yield updates
+                continue
             group, self.joining = self.joining, []
             for run in group:
-                self._join(run, prefill, updates)
+                with self._alone(run.key, updates):
+                    self._join(run, prefill, updates)
             yield updates
 
     def _start_prefill(self) -> bool:
@@ -281,15 +310,16 @@ class ContinuousBatch:
         for done, record in zip(done_now, records, strict=True):
             run = self.runs[done.key]
             assert run.report is not None
-            event = run.report.generated(
-                record, self.decoding.works[done.row], cache, run.params.top_k
-            )
-            updates.setdefault(done.key, RunUpdate()).events.append(event)
-            if done.finished:
-                stopped = "eos" if done.token == self.eos else "max_new_tokens"
-                self._leave(done.key, stopped, updates, row=done.row)
-                continue
-            self.held.append((done.row, run.sampler(state.out_logits[done.row], 0)))
+            with self._alone(done.key, updates):
+                event = run.report.generated(
+                    record, self.decoding.works[done.row], cache, run.params.top_k
+                )
+                updates.setdefault(done.key, RunUpdate()).events.append(event)
+                if done.finished:
+                    stopped = "eos" if done.token == self.eos else "max_new_tokens"
+                    self._leave(done.key, stopped, updates, row=done.row)
+                    continue
+                self.held.append((done.row, run.sampler(state.out_logits[done.row], 0)))
         if self.held and (not self.lockstep or self.scheduler.plan() is None):
             settings = []
             for row, token in self.held:
@@ -323,6 +353,35 @@ class ContinuousBatch:
         self.scheduler.start(row, run.key, run.settings, token, cache.e_len[row])
         self.engine.start_tokens(self.decoding, [row], [token], [run.settings])
 
+    @contextmanager
+    def _alone(self, key: Hashable, updates: dict[Hashable, RunUpdate]) -> Iterator[None]:
+        """One run's own work: what it raises fails that run alone (see :meth:`_fail`)."""
+        try:
+            yield
+        except Exception as exc:
+            self._fail(key, exc, updates)
+
+    def _fail(self, key: Hashable, error: Exception, updates: dict[Hashable, RunUpdate]) -> None:
+        """The run leaves (if it has not) with ``error`` instead of a summary; its row is
+        free for the next request, which loads its own state into it."""
+        self._remove(key)
+        update = updates.setdefault(key, RunUpdate())
+        update.summary, update.error = None, error
+
+    def _remove(self, key: Hashable, row: int | None = None) -> tuple[BatchRun | None, int | None]:
+        """The run leaves the queue, its prefill or its row (``row``: one the scheduler
+        freed already); returns it (None if it had left) and the row it held."""
+        run = self.runs.pop(key, None)
+        if run is None:
+            return None, None
+        if run in self.waiting:
+            self.waiting.remove(run)
+        if run in self.joining:  # the others' prefill goes on; its row is not used
+            self.joining.remove(run)
+        freed = self.scheduler.cancel(key) if row is None else row
+        self.held = [(r, token) for r, token in self.held if r != freed]
+        return run, freed
+
     def _leave(
         self,
         key: Hashable,
@@ -330,15 +389,9 @@ class ContinuousBatch:
         updates: dict[Hashable, RunUpdate],
         row: int | None = None,
     ) -> None:
-        run = self.runs.pop(key, None)
+        run, freed = self._remove(key, row)
         if run is None:
             return
-        if run in self.waiting:
-            self.waiting.remove(run)
-        if run in self.joining:  # the others' prefill goes on; its row is not used
-            self.joining.remove(run)
-        freed = self.scheduler.cancel(key) if row is None else row
-        self.held = [(r, token) for r, token in self.held if r != freed]
         update = updates.setdefault(key, RunUpdate())
         if run.report is None or not run.joined:  # cancelled before it joined
             update.summary = {"stopped": stopped, "generated_tokens": 0}

@@ -9,11 +9,14 @@ run's output is what it gives alone (see :mod:`kernels.batch`).
 
 Only the stepping thread touches the batch's state. Submits and cancels go into an inbox
 that it applies between steps, so they never wait for a step (a submit validates its
-request in the calling thread, so a bad one still fails there). A step that raises fails
-every run in the batch with the reason, and the thread goes on with a fresh batch for
-later runs. Celery's time limits do not reach a run in a ``--pool threads`` worker, so
-the batch enforces each run's own wall-clock limit: a run past it leaves the batch and
-its handle raises :class:`RunTimeLimitExceeded`.
+request in the calling thread, so a bad one still fails there). What one run's own work
+raises in a step (its sampling, its events, its prefill) ends that run's handle with the
+error, and the others go on (see :mod:`kernels.batch`). Only a failure of the shared
+decode step itself, which no one row owns, fails every run in the batch with the reason;
+the thread then goes on with a fresh batch for later runs. Celery's time limits do not
+reach a run in a ``--pool threads`` worker, so the batch enforces each run's own
+wall-clock limit: a run past it leaves the batch and its handle raises
+:class:`RunTimeLimitExceeded`.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ class BatchService:
             for joined in self.batch.joins():
                 self._deliver(joined)
             updates = self.batch.decode()
-        except Exception as exc:  # every run in the batch fails with the reason
+        except Exception as exc:  # the shared step: every run in the batch fails with it
             logger.exception("batch step failed")
             self._fail_all(exc)
             return
@@ -165,14 +168,16 @@ class BatchService:
         for key, update in updates.items():
             with self.wake:
                 handle = self.handles.get(key)
-                if handle is not None and update.summary is not None:
+                if handle is not None and update.left:
                     del self.handles[key]
             if handle is None:  # ended already (failed or past its limit)
                 self.batch.cancel(key)
                 continue
             for event in update.events:
                 handle.items.put(event)
-            if update.summary is not None:
+            if update.error is not None:  # its own work raised: it alone fails
+                handle.end(update.error)
+            elif update.summary is not None:
                 handle.summary = update.summary
                 handle.end()
 
