@@ -210,6 +210,9 @@ def works_compare(*, slugs: list[str]) -> Comparison:
     )
 
 
+LAST_SECOND = datetime.max.replace(microsecond=0, tzinfo=UTC)
+
+
 class UnknownVersion(ValueError):
     """A data version that no reviewed change has (the message says what is accepted)."""
 
@@ -219,7 +222,7 @@ def data_version_find(text: str) -> DataVersion:
     (``2026-12-04T05:00:00Z``; the newest change of that second)."""
     text = text.strip()
     changes = AtlasChange.objects.order_by("-at", "-id")
-    if text.isdigit() and len(text) <= 18:
+    if text.isascii() and text.isdigit() and len(text) <= 18:  # isdigit() alone takes "²"
         found = changes.filter(id=int(text)).values_list("id", "at").first()
     else:
         try:
@@ -229,8 +232,10 @@ def data_version_find(text: str) -> DataVersion:
                 f"{text[:40]!r} is not a data version: give its number or its time "
                 "(YYYY-MM-DDTHH:MM:SSZ, as exports state it)"
             ) from None
-        window = (at, at + timedelta(seconds=1))
-        found = changes.filter(at__gte=window[0], at__lt=window[1]).values_list("id", "at").first()
+        that_second = changes.filter(at__gte=at)
+        if at < LAST_SECOND:  # the second after the last one there is would overflow
+            that_second = that_second.filter(at__lt=at + timedelta(seconds=1))
+        found = that_second.values_list("id", "at").first()
     if found is None:
         raise UnknownVersion(f"there is no data version {text[:40]!r}")
     return DataVersion(*found)

@@ -16,6 +16,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from loopatlas.api.errors import is_api
 from loopatlas.outage import DATABASE_ERRORS, database_unreachable
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ REDIS_DOWN = "The run queue (Redis) is unavailable; retry in a few seconds."
 
 def service_unavailable(request: HttpRequest, message: str) -> HttpResponse:
     """A 503 naming the service, JSON under ``/api/`` (the API's error shape), else text."""
-    if request.path.startswith("/api/"):
+    if is_api(request):
         response: HttpResponse = JsonResponse({"detail": message}, status=503)
     else:
         response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")

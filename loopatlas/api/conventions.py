@@ -1,7 +1,8 @@
 """What every endpoint under ``/api/v1/`` shares (wired up in ``REST_FRAMEWORK`` settings).
 
 - Errors are JSON ``{"detail": "<one sentence>", "errors": {"<parameter>": [...]}}``,
-  whatever format the request asked for, so a client never parses an error as CSV.
+  whatever format the request asked for, so a client never parses an error as CSV; what
+  no DRF view answers (a bug's 500, an unknown route) is JSON too (``loopatlas.api.errors``).
 - Unknown query parameters and unknown ``format`` values are 400s that name the allowed
   ones: a typo is an error, never a silently unfiltered answer.
 - Pages: ``page`` and ``page_size`` (at most ``MAX_PAGE_SIZE``).
@@ -70,7 +71,8 @@ class PageNumberPagination(pagination.PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        # isdigit() alone takes "²", which int() refuses: ASCII digits only.
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= self.max_page_size:
             raise ValidationError(
                 {self.page_size_query_param: [f"must be a whole number from 1 to {MAX_PAGE_SIZE}"]}
             )

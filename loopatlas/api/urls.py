@@ -29,10 +29,14 @@ urlpatterns = [
     path("v1/", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its init script from a URL: the CSP allows no inline script.
+    # A page, so GET and HEAD only: DRF's OPTIONS would render its metadata with the
+    # page's template, which cannot hold it (a 500).
     path(
         "docs/",
         SpectacularSwaggerSplitView.as_view(
-            url_name="api:schema", template_name="api/swagger_ui.html"
+            url_name="api:schema",
+            template_name="api/swagger_ui.html",
+            http_method_names=["get", "head"],
         ),
         name="docs",
     ),
