@@ -2,6 +2,12 @@
 
 Every renderer takes the serialized works (``WorkSerializer`` rows) and the data version
 they came from, and states that version in the file itself.
+
+A value cannot change a file's structure, whatever a curator approved: BibTeX values keep
+no line break or unpaired brace (it would close the value early and add a field), RIS
+values no line break (it would start a tag or end the record), and a CSV cell
+that a spreadsheet would run as a formula is quoted with a leading apostrophe (OWASP's
+advice for CSV injection).
 """
 
 import csv
@@ -12,6 +18,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 CSV_COLUMNS = (
     "slug",
@@ -57,7 +64,11 @@ _BIBTEX_SPECIALS = {
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
 }
-_BIBTEX_SPECIALS_RE = re.compile("|".join(map(re.escape, _BIBTEX_SPECIALS)))
+# BibTeX counts every brace, escaped or not, so a brace without its partner would end the
+# value early: it is written as a command instead.
+_BIBTEX_LONE_BRACES = {"{": r"\textbraceleft{}", "}": r"\textbraceright{}"}
+_BIBTEX_URL_UNSAFE_RE = re.compile(r"[\s{}\\]")  # percent-encoded, which keeps the URL
+_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 Row = dict[str, Any]
 
@@ -102,8 +113,36 @@ _RIS_TYPES = {"preprint": "UNPB", "conference": "CONF", "journal": "JOUR", "othe
 _RIS_VENUE_TAGS = {"conference": "T2", "journal": "JO", "other": "PB"}
 
 
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks (every one ``str.splitlines`` knows) as spaces."""
+    return " ".join(text.splitlines())
+
+
 def _bibtex_escape(text: str) -> str:
-    return _BIBTEX_SPECIALS_RE.sub(lambda match: _BIBTEX_SPECIALS[match[0]], text)
+    text = _one_line(text)
+    lone = _unpaired_braces(text)
+    return "".join(
+        _BIBTEX_LONE_BRACES[char] if at in lone else _BIBTEX_SPECIALS.get(char, char)
+        for at, char in enumerate(text)
+    )
+
+
+def _unpaired_braces(text: str) -> set[int]:
+    """The positions of the braces that no other brace closes or opens."""
+    opened: list[int] = []
+    unpaired: set[int] = set()
+    for at, char in enumerate(text):
+        if char == "{":
+            opened.append(at)
+        elif char == "}" and opened:
+            opened.pop()
+        elif char == "}":
+            unpaired.add(at)
+    return unpaired | set(opened)
+
+
+def _bibtex_url(url: str) -> str:
+    return _BIBTEX_URL_UNSAFE_RE.sub(lambda match: quote(match[0]), url)
 
 
 def bibtex_entry(row: Row) -> str:
@@ -126,7 +165,7 @@ def bibtex_entry(row: Row) -> str:
     if row["arxiv_id"]:
         fields += [("eprint", row["arxiv_id"]), ("archivePrefix", "arXiv")]
     if row["url"]:
-        fields.append(("url", row["url"]))
+        fields.append(("url", _bibtex_url(row["url"])))
     fields.append(("note", f"Loop Atlas: {row['page_url']}"))
     body = "".join(f"  {name} = {{{value}}},\n" for name, value in fields)
     if not row["month_estimated"]:
@@ -157,7 +196,7 @@ def _ris_record(row: Row, version: str) -> str:
     lines.append(("AB", row["summary"]))
     lines += [("KW", keyword) for keyword in [row["recurrence_family"], *row["topics"]]]
     lines += [("DB", f"Loop Atlas (data version {version})"), ("ER", "")]
-    return "".join(f"{tag}  - {value}\n" for tag, value in lines)
+    return "".join(f"{tag}  - {_one_line(value)}\n" for tag, value in lines)
 
 
 def export_ris(rows: Sequence[Row], version: str) -> str:
@@ -178,10 +217,18 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, dict):
         return json.dumps(value, ensure_ascii=False, sort_keys=True) if value else ""
     if isinstance(value, list):
-        return CSV_LIST_SEPARATOR.join(value)
+        return _csv_inert(CSV_LIST_SEPARATOR.join(value))
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return _csv_inert(value)
     return "" if value is None else value
+
+
+def _csv_inert(text: str) -> str:
+    """Text a spreadsheet shows rather than runs: a leading apostrophe before ``=`` and the
+    other characters that start a formula (no value of the curated atlas starts so)."""
+    return "'" + text if text.startswith(_CSV_FORMULA_STARTS) else text
 
 
 def export_json(rows: Sequence[Row], version: str) -> str:

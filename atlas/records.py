@@ -17,8 +17,11 @@ from django.core.validators import URLValidator
 from atlas import taxonomy
 
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+MONTH_RE = re.compile(r"^([0-9]{4})-([0-9]{2})$")
 ARXIV_RE = re.compile(r"^(\d{4}\.\d{4,5}|[a-z][a-z.-]*(\.[A-Z]{2})?/\d{7})(v\d+)?$")
+# Characters RFC 3986 keeps out of URLs (they are percent-encoded): whitespace would let a
+# value hold two URLs, and a brace or quote end the value in a BibTeX or HTML export.
+URL_UNSAFE_RE = re.compile(r'[\s"<>\\^`{|}]')
 CONFIDENCES = ("high", "medium", "low")
 LIST_SEPARATOR = ";"
 
@@ -27,7 +30,9 @@ class RecordError(ValueError):
     """A value the atlas refuses; the message says why, for a person to fix it."""
 
 
-def _text(max_length: int, *, optional: bool = False) -> Callable[[Any], str]:
+def _text(
+    max_length: int, *, optional: bool = False, one_line: bool = False
+) -> Callable[[Any], str]:
     def clean(value: Any) -> str:
         if value is None and optional:
             return ""
@@ -38,6 +43,8 @@ def _text(max_length: int, *, optional: bool = False) -> Callable[[Any], str]:
             raise RecordError("must not be empty")
         if len(value) > max_length:
             raise RecordError(f"is longer than {max_length} characters")
+        if one_line and len(value.splitlines()) > 1:
+            raise RecordError("must be one line")
         return value
 
     return clean
@@ -57,6 +64,11 @@ def _pattern(regex: re.Pattern[str], what: str, max_length: int, *, optional: bo
 
 def _url(value: Any) -> str:
     value = _text(500, optional=True)(value)
+    if URL_UNSAFE_RE.search(value):
+        raise RecordError(
+            f"{value!r} is not one http(s) URL: percent-encode its spaces, quotes, braces "
+            "and any of <>\\^`|"
+        )
     if value:
         try:
             URLValidator(schemes=["http", "https"])(value)
@@ -68,7 +80,7 @@ def _url(value: Any) -> str:
 def _month(value: Any) -> date:
     value = _text(100)(value)
     match = MONTH_RE.match(value)
-    if not match or not 1 <= int(match[2]) <= 12:
+    if not match or int(match[1]) < 1 or not 1 <= int(match[2]) <= 12:  # no year 0
         raise RecordError(f"{value!r} is not a month in the form YYYY-MM")
     return date(int(match[1]), int(match[2]), 1)
 
@@ -206,7 +218,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         required=True,
         correctable=False,
     ),
-    "title": FieldRule(_text(500), "Title", required=True),
+    "title": FieldRule(_text(500, one_line=True), "Title", required=True),
     "summary": FieldRule(_text(5000), "Summary", required=True),
     "month": FieldRule(_month, "Month of first publication", required=True),
     "month_estimated": FieldRule(_bool, "Month is estimated", default=False),
@@ -216,9 +228,9 @@ FIELD_RULES: dict[str, FieldRule] = {
     ),
     "url": FieldRule(_url, "URL"),
     "code_url": FieldRule(_url, "Code URL"),
-    "authors": FieldRule(_list(_text(200)), "Authors", default=[]),
+    "authors": FieldRule(_list(_text(200, one_line=True)), "Authors", default=[]),
     "authors_et_al": FieldRule(_bool, "Author list is truncated", default=False),
-    "venue": FieldRule(_text(200, optional=True), "Venue"),
+    "venue": FieldRule(_text(200, optional=True, one_line=True), "Venue"),
     "facts_confidence": FieldRule(_confidence, "Confidence of the facts", correctable=False),
     "facts_source": FieldRule(_text(500, optional=True), "Source of the facts", correctable=False),
     **{
