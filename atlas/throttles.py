@@ -1,10 +1,9 @@
-"""Anonymous rate limits (rates in ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``).
+"""Anonymous rate limits per address (rates in ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``,
+counted atomically by ``loopatlas.throttling``).
 
 The page's suggestion form and the API's ``suggestions/`` share one budget per address:
 they are the same write.
 """
-
-from rest_framework.throttling import AnonRateThrottle
 
 from loopatlas.throttling import AddressRateThrottle
 
@@ -13,5 +12,5 @@ class SuggestionThrottle(AddressRateThrottle):
     scope = "suggestions"
 
 
-class ExportThrottle(AnonRateThrottle):
+class ExportThrottle(AddressRateThrottle):
     scope = "exports"

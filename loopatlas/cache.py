@@ -2,7 +2,7 @@
 
 The cache only ever holds what can be recomputed (rendered reads, throttle counters), so
 a dead Redis must cost speed, not answers: a read misses and is computed, a write is
-dropped, and a throttle finds no history and lets the request through. Each outage is
+dropped, and a throttle finds no counter and lets the request through. Each outage is
 logged as a warning (at most once per ``WARN_EVERY_S``, not once per request). Socket
 timeouts are short by default (``OPTIONS`` in ``CACHES``) so a hung server is treated as
 an unreachable one instead of holding every request.
@@ -54,6 +54,11 @@ def _fail_open(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], A
     return decorator
 
 
+def _missing(key: str, delta: int) -> int:
+    """What an empty cache says to an increment (``loopatlas.throttling`` counts nothing)."""
+    raise ValueError(f"Key {key!r} not found (the cache is unreachable).")
+
+
 class FailOpenRedisCacheClient(RedisCacheClient):
     """The client with every operation guarded; the fallback is what an empty cache says."""
 
@@ -62,6 +67,7 @@ class FailOpenRedisCacheClient(RedisCacheClient):
     set = _fail_open(lambda key, value, timeout: None)(RedisCacheClient.set)
     touch = _fail_open(lambda key, timeout: False)(RedisCacheClient.touch)
     delete = _fail_open(lambda key: False)(RedisCacheClient.delete)
+    incr = _fail_open(_missing)(RedisCacheClient.incr)
     get_many = _fail_open(lambda keys: {})(RedisCacheClient.get_many)
     has_key = _fail_open(lambda key: False)(RedisCacheClient.has_key)
     set_many = _fail_open(lambda data, timeout: None)(RedisCacheClient.set_many)
@@ -73,6 +79,13 @@ _CLIENTS: dict[str, FailOpenRedisCacheClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
+# A burst of more requests than the pool has connections waits up to POOL_WAIT_S for one:
+# redis-py's default pool raises "Too many connections" instead, which failing open would
+# turn into a burst let through every throttle (150 exports at once all passed 120/minute).
+POOL_OPTIONS = {"pool_class": "redis.BlockingConnectionPool", "max_connections": 100}
+POOL_WAIT_S = 2.0
+
+
 class FailOpenRedisCache(RedisCache):
     """The fail-open client, one per process and configuration. Under ASGI Django builds
     a cache object per request context; a client of each one's own would open a new
@@ -80,7 +93,8 @@ class FailOpenRedisCache(RedisCache):
 
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         super().__init__(server, params)
-        self._servers_given, self._client_options = server, params.get("OPTIONS", {})
+        options = POOL_OPTIONS | {"timeout": POOL_WAIT_S} | params.get("OPTIONS", {})
+        self._servers_given, self._client_options = server, options
 
     @cached_property
     def _cache(self) -> FailOpenRedisCacheClient:

@@ -1,11 +1,13 @@
 """The playground's submit rate: per client address, the page's form and the API together
-(``playground_submits`` in ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``)."""
+(``playground_submits`` in ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``). Each run counts:
+"Compare with…" takes one submit per sibling it starts."""
 
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle
+
+from loopatlas.throttling import AddressRateThrottle
 
 
-class RunSubmitThrottle(AnonRateThrottle):
+class RunSubmitThrottle(AddressRateThrottle):
     scope = "playground_submits"
 
     def get_rate(self) -> str | None:
