@@ -17,12 +17,22 @@ TOKEN_FIELDS = ("position", "phase", "token_id", "text", "exit_loop", "loops_com
 
 
 def run_list() -> QuerySet[Run]:
-    """Runs, most recent first."""
+    """Runs, most recent first (those whose worker died are failed by the workers' sweep,
+    ``workers.sweep``, and by ``run_get``)."""
     return Run.objects.order_by("-created_at")
 
 
 def run_get(*, run_id: uuid.UUID | str) -> Run | None:
-    return Run.objects.filter(pk=run_id).first()
+    """The run as it stands: one whose worker went quiet past PLAYGROUND_STALE_AFTER_S is
+    failed first, so no reader sees it ``running`` past that (the workers' sweep may not
+    have come yet, or no worker is left to sweep)."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is not None and run_is_stale(run=run):
+        from playground.services import run_fail_stale  # services reads through this module
+
+        run_fail_stale()
+        run.refresh_from_db()
+    return run
 
 
 @dataclass(frozen=True)

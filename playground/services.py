@@ -4,9 +4,9 @@ A run's life: ``run_submit`` validates and creates it ``queued`` and enqueues th
 task once the transaction commits; the worker's ``workers.execution.run_execute`` claims
 it (``running``), streams the engine's events into ``RunToken`` rows and the run's Redis
 stream, and ends it ``done``, ``cancelled`` or ``failed``. A worker that dies leaves a
-stale heartbeat: ``run_fail_stale`` (run by viewers, every worker at startup and a submit
-that a limit would otherwise refuse) marks such runs failed with the reason, so none stays
-``running``.
+stale heartbeat: ``run_fail_stale`` (run by every worker every few seconds and at its
+startup, by readers and viewers of the run, and by a submit that a limit would otherwise
+refuse) marks such runs failed with the reason, so none stays ``running``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class BrokerUnavailable(Exception):
 
 
 GENERATE_TASK = "workers.tasks.run_generate"
+BROKER_UNREACHABLE = "the run queue (broker) could not be reached"
 
 
 def run_enqueue(*, run: Run) -> None:
@@ -67,8 +68,9 @@ def run_enqueue(*, run: Run) -> None:
     try:
         celery_app.send_task(GENERATE_TASK, args=[str(run.id)])
     except (OperationalError, OSError) as exc:
-        reason = f"the run queue (broker) could not be reached: {exc}"
-        run_fail(run_id=run.id, reason=reason)
+        # The public reason names no address; the broker's own error goes to the log.
+        logger.warning("run %s: the broker refused it: %s", run.id, exc)
+        run_fail(run_id=run.id, reason=BROKER_UNREACHABLE)
         raise BrokerUnavailable(
             "The playground cannot start runs right now: its run queue is unreachable. "
             "Nothing was queued; try again in a minute."
@@ -292,12 +294,13 @@ def run_fail_stale(*, now=None) -> list[uuid.UUID]:
             )
         else:
             reason = (
-                f"the worker running it ({run.worker or 'unknown'}) stopped responding "
-                f"for over {settings.PLAYGROUND_STALE_AFTER_S} s; it was lost mid-run"
+                "the worker running it stopped responding for over "
+                f"{settings.PLAYGROUND_STALE_AFTER_S} s; it was lost mid-run"
             )
         # The same conditions again in the UPDATE: a run claimed or beating meanwhile stays.
         still_stale = selectors.run_stale_list(now=now).filter(pk=run.pk, status=run.status)
         if _fail(still_stale, run_id=run.id, reason=reason):
+            logger.warning("run %s was on worker %s", run.id, run.worker or "none")
             failed.append(run.id)
     return failed
 
@@ -308,8 +311,9 @@ def run_fail_orphans(*, worker: str) -> list[uuid.UUID]:
     for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker=worker).values_list(
         "id", flat=True
     ):
-        reason = f"the worker running it ({worker}) was restarted mid-run"
+        reason = "the worker running it was restarted mid-run"
         if run_fail(run_id=run_id, reason=reason, only_worker=worker):
+            logger.warning("run %s: its worker %s was restarted", run_id, worker)
             failed.append(run_id)
     return failed
 

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+# Runs this process is generating. A worker whose broker connection drops gives their
+# unacknowledged messages back to the queue (kombu does, when it can reach the broker),
+# and takes them again on reconnecting: those are skipped, not taken for a lost attempt.
+_IN_FLIGHT: set[uuid.UUID] = set()
+
+
 @dataclass
 class Claim:
     run: Run | None  # the run to generate; None: skip the message
@@ -66,9 +72,10 @@ def _take(*, run_id: uuid.UUID | str, worker: str) -> bool:
 def _claim_locked(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     """``run_claim`` for a run that was not simply queued when it looked.
 
-    A run found ``running`` was started by an attempt that did not finish (its worker
-    died, and the broker redelivered the message): it is failed rather than restarted,
-    since what killed that worker may kill this one.
+    A run found ``running`` is skipped if this process is generating it (its message was
+    given back when the broker connection dropped); otherwise it was started by an attempt
+    that did not finish (its worker died, and the broker redelivered the message): it is
+    failed rather than restarted, since what killed that worker may kill this one.
     """
     run = Run.objects.select_for_update().filter(pk=run_id).first()
     if run is None:
@@ -77,10 +84,13 @@ def _claim_locked(*, run_id: uuid.UUID | str, worker: str) -> Claim:
         return Claim(None, f"already {run.status}")
     now = timezone.now()
     if run.status == Run.Status.RUNNING:
+        if run.id in _IN_FLIGHT:
+            return Claim(None, "still running in this process")
         if not selectors.run_is_stale(run=run) and run.worker != worker:
             return Claim(None, f"running on {run.worker}")
+        logger.warning("run %s: its worker %s was lost mid-run", run.id, run.worker or "none")
         run.status, run.finished_at = Run.Status.FAILED, now
-        run.error = f"its worker ({run.worker or 'unknown'}) was lost mid-run"
+        run.error = "its worker was lost mid-run"
         run.save(update_fields=["status", "finished_at", "error"])
         return Claim(None, "an earlier attempt was lost", ended=run)
     if run.cancel_requested:
@@ -92,12 +102,19 @@ def _claim_locked(*, run_id: uuid.UUID | str, worker: str) -> Claim:
     return Claim(run)
 
 
+class InvalidParams(ValueError):
+    """The run's stored parameters do not validate; the message says which and why."""
+
+
 def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
     from kernels.stream import GenerationParams
 
     values = {key: value for key, value in run.params.items() if key != "extrapolate"}
-    return GenerationParams(**values).validate()
+    try:
+        return GenerationParams(**values).validate()
+    except ValueError as exc:
+        raise InvalidParams(str(exc)) from exc
 
 
 def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
@@ -105,16 +122,24 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
 
     Returns the finished run, or None when the message was a redelivery to skip.
     """
-    from workers.batching import RunTimeLimitExceeded, batch_submit, torch_threads_pin
-    from workers.resident import resident_model
-
     claim = run_claim(run_id=run_id, worker=worker)
     if claim.run is None:
         logger.info("run %s skipped: %s", run_id, claim.reason)
         if claim.ended is not None:
             run_end_publish(claim.ended)
         return None
-    run = claim.run
+    _IN_FLIGHT.add(claim.run.id)
+    try:
+        return _generate(claim.run)
+    finally:
+        _IN_FLIGHT.discard(claim.run.id)
+
+
+def _generate(run: Run) -> Run:
+    """``run_execute`` for a run this process has claimed."""
+    from workers.batching import RunTimeLimitExceeded, batch_submit, torch_threads_pin
+    from workers.resident import resident_model
+
     writer, control = TokenWriter(run), RunControl(run)
     handle = None
     try:
@@ -152,8 +177,8 @@ def run_execute(*, run_id: uuid.UUID | str, worker: str = "") -> Run | None:
     except Exception as exc:  # the run records why it failed; the worker goes on
         if handle is not None:
             handle.cancel()  # the batch's other runs go on without it
-        if not isinstance(exc, ValueError | ModelUnavailable | RunTimeLimitExceeded):
-            logger.exception("run %s failed", run.id)
+        if not isinstance(exc, InvalidParams | ModelUnavailable | RunTimeLimitExceeded):
+            logger.exception("run %s failed", run.id)  # the detail its public reason omits
         try:
             writer.flush()  # what was generated before the failure stays viewable
         except Exception:
@@ -182,19 +207,25 @@ def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: in
     return run
 
 
-def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
+def _failure_reason(exc: BaseException) -> str:
+    """What a run's visitors are told it failed of: the messages written for them (a bad
+    parameter, an unavailable model, a time limit), else what failed with no addresses,
+    host names or exception text (those are in the worker's log)."""
     from celery.exceptions import SoftTimeLimitExceeded
 
     from workers.batching import RunTimeLimitExceeded
 
     if isinstance(exc, SoftTimeLimitExceeded):
-        reason = f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
-    elif isinstance(exc, RunTimeLimitExceeded | ValueError | ModelUnavailable):
-        reason = str(exc)
-    elif isinstance(exc, DATABASE_ERRORS) and database_unreachable():
-        reason = f"the database was unreachable for {settings.PLAYGROUND_STALE_AFTER_S} s: {exc}"
-    else:
-        reason = f"the worker hit an error: {type(exc).__name__}: {exc}"
+        return f"it ran past the {settings.PLAYGROUND_SOFT_TIME_LIMIT_S} s time limit"
+    if isinstance(exc, RunTimeLimitExceeded | InvalidParams | ModelUnavailable):
+        return str(exc)
+    if isinstance(exc, DATABASE_ERRORS) and database_unreachable():
+        return f"the database was unreachable for {settings.PLAYGROUND_STALE_AFTER_S} s"
+    return f"the worker hit an error: {type(exc).__name__}"
+
+
+def _finish_failed(run: Run, exc: BaseException, last_position: int) -> None:
+    reason = _failure_reason(exc)
     running = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING)
     ending = {"status": Run.Status.FAILED, "error": reason, "finished_at": timezone.now()}
     waiting_out_outage(lambda: running.update(**ending), run.id)

@@ -14,7 +14,14 @@ from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import TimeLimitExceeded
-from celery.signals import task_failure, task_postrun, task_prerun, worker_init, worker_ready
+from celery.signals import (
+    task_failure,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -22,6 +29,7 @@ from playground import services
 from playground.checkpoints import model_catalog
 from workers import execution
 from workers.resident import resident_model
+from workers.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +64,8 @@ def _run_generate_failed(
     if isinstance(exception, TimeLimitExceeded):
         reason = f"it ran past the {settings.PLAYGROUND_HARD_TIME_LIMIT_S} s hard time limit"
     else:
-        reason = f"its worker process was lost: {exception!r}"
+        logger.error("run %s: its worker process was lost: %r", run_id, exception)
+        reason = "its worker process was lost"
     services.run_fail(run_id=run_id, reason=reason)
 
 
@@ -106,3 +115,18 @@ def _worker_ready(sender: object = None, **kwargs: Any) -> None:
             resident_model(model.path)
         except Exception:  # a broken checkpoint fails its runs with the reason, later
             logger.exception("could not preload model %s", model.name)
+
+
+_sweepers: list[Sweeper] = []
+
+
+@worker_ready.connect
+def _sweep_start(**kwargs: Any) -> None:
+    """From now on this worker fails stale runs every few seconds (``workers.sweep``)."""
+    _sweepers.append(Sweeper(every_s=settings.PLAYGROUND_STALE_SWEEP_S).start())
+
+
+@worker_shutdown.connect
+def _sweep_stop(**kwargs: Any) -> None:
+    while _sweepers:
+        _sweepers.pop().stop()

@@ -253,8 +253,14 @@ LOGGING = {
 CELERY_BROKER_URL = env_str(
     "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
+# Our subclasses of kombu's transports (workers/broker.py): the SQLite file polled fast,
+# and Redis that a worker survives losing with runs in flight.
 CELERY_BROKER_TRANSPORT: str | None = (
-    "workers.broker:Transport" if CELERY_BROKER_URL.startswith("sqlite:") else None
+    "workers.broker:Transport"
+    if CELERY_BROKER_URL.startswith("sqlite:")
+    else "workers.broker:RedisTransport"
+    if CELERY_BROKER_URL.startswith("redis:")
+    else None
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
@@ -262,6 +268,10 @@ CELERY_TASK_ROUTES = {"workers.tasks.*": {"queue": "gpu"}}
 # Generations are long: a worker takes one at a time and acknowledges it only once done.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
+# A worker that loses the broker lets its runs in flight finish (their tokens go to the
+# database), not cancels them (Celery 6's default): a redelivered message would only fail
+# a run it finds started (workers.execution.run_claim).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
 # A worker's task threads keep their database connections between runs, for up to this
 # many seconds (``workers.tasks``), so a run's claim does not wait for a new connection;
@@ -293,6 +303,8 @@ PLAYGROUND_VISITOR_ACTIVE = env_int("PLAYGROUND_VISITOR_ACTIVE", 2)
 PLAYGROUND_VISITOR_STREAMS = env_int("PLAYGROUND_VISITOR_STREAMS", 20)
 # A running run whose worker has not written a heartbeat for this long is marked failed.
 PLAYGROUND_STALE_AFTER_S = env_int("PLAYGROUND_STALE_AFTER_S", 60)
+# How often each worker fails such runs (workers.sweep), with no viewer or submit needed.
+PLAYGROUND_STALE_SWEEP_S = float(env_str("PLAYGROUND_STALE_SWEEP_S", "5") or 5)
 # A queued run no worker has taken for this long is failed (no worker on queue gpu?), so
 # the queue never stays full of runs nobody will run.
 PLAYGROUND_QUEUED_TIMEOUT_S = env_int("PLAYGROUND_QUEUED_TIMEOUT_S", 900)

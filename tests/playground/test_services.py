@@ -151,7 +151,8 @@ def test_submit_first_clears_runs_whose_worker_died(settings, run_factory):
     # then
     dead.refresh_from_db()
     assert run.status == "queued"
-    assert dead.status == "failed" and "w@host" in dead.error
+    assert dead.status == "failed" and "stopped responding" in dead.error
+    assert "w@host" not in dead.error  # the worker's host name is in the log only
 
 
 @pytest.mark.django_db
@@ -401,7 +402,7 @@ def test_an_engine_error_fails_the_run_with_the_reason():
 
     # then
     assert finished.status == "failed"
-    assert finished.error == "the worker hit an error: RuntimeError: CUDA OOM"
+    assert finished.error == "the worker hit an error: RuntimeError"  # its text: the log
 
 
 @pytest.mark.django_db
@@ -438,7 +439,7 @@ def test_a_run_whose_tokens_cannot_be_stored_still_ends_failed():
         assert finished is not None
 
     # then
-    assert finished.status == "failed" and "database is down" in finished.error
+    assert finished.status == "failed" and finished.error == "the worker hit an error: RuntimeError"
 
 
 @pytest.mark.django_db
@@ -563,7 +564,7 @@ def test_an_unreachable_broker_fails_the_run_with_the_reason(error):
     assert raised.value.__cause__ is error
     run.refresh_from_db()
     assert run.status == "failed"
-    assert run.error == f"the run queue (broker) could not be reached: {error}"
+    assert run.error == "the run queue (broker) could not be reached"  # its text: the log
 
 
 def test_cancel_asks_only_that_run_to_stop(run_factory):
@@ -662,7 +663,7 @@ def test_a_restarted_worker_fails_only_its_running_runs(run_factory):
     assert failed == [running.id]
     for run in (running, queued, done):
         run.refresh_from_db()
-    assert running.error == "the worker running it (w@a) was restarted mid-run"
+    assert running.error == "the worker running it was restarted mid-run"
     assert (queued.status, done.status) == ("queued", "done")
 
 
@@ -685,7 +686,9 @@ def test_a_restarted_worker_leaves_a_run_another_worker_took_meanwhile(run_facto
     assert (run.status, run.worker) == ("running", "w@b")
 
 
-def test_each_stale_run_is_failed_naming_its_own_worker(settings, run_factory, caplog):
+def test_each_stale_run_is_failed_with_its_worker_named_in_the_log_only(
+    settings, run_factory, caplog
+):
     # given two running runs whose workers went quiet, one of them unnamed
     beat = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S * 2)
     named = run_factory(status="running", heartbeat_at=beat, worker="w@a")
@@ -699,13 +702,13 @@ def test_each_stale_run_is_failed_naming_its_own_worker(settings, run_factory, c
     assert sorted(failed) == sorted([named.id, unnamed.id])
     named.refresh_from_db(), unnamed.refresh_from_db()
     limit = settings.PLAYGROUND_STALE_AFTER_S
-    for run, worker in [(named, "w@a"), (unnamed, "unknown")]:
+    for run, worker in [(named, "w@a"), (unnamed, "none")]:
         assert run.error == (
-            f"the worker running it ({worker}) stopped responding for over {limit} s; "
-            "it was lost mid-run"
+            f"the worker running it stopped responding for over {limit} s; it was lost mid-run"
         )
         assert run.finished_at is not None
         assert f"run {run.id} failed: {run.error}" in caplog.messages
+        assert f"run {run.id} was on worker {worker}" in caplog.messages
 
 
 def test_a_queued_run_no_worker_took_is_failed_saying_so(settings, run_factory):

@@ -49,7 +49,7 @@ def test_a_lost_task_process_fails_its_run(run_factory):
 
     # then
     run.refresh_from_db()
-    assert run.status == "failed" and "worker process was lost" in run.error
+    assert run.status == "failed" and run.error == "its worker process was lost"
 
 
 def test_the_hard_time_limit_fails_the_run_with_the_reason(run_factory, settings):
@@ -191,4 +191,4 @@ def test_a_database_error_on_a_live_connection_fails_the_run_as_a_worker_error(r
     execution._finish_failed(run, OperationalError("too complex"), -1)
 
     run.refresh_from_db()
-    assert run.error == "the worker hit an error: OperationalError: too complex"
+    assert run.error == "the worker hit an error: OperationalError"
