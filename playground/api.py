@@ -140,8 +140,9 @@ class RunViewSet(
         form.is_valid(raise_exception=True)
         token = secret_new()
         try:
+            address = visitor_address(request.META)  # the API's visitor is its address
             run = services.run_submit(
-                **form.validated_data, visitor=visitor_address(request.META), owner_secret=token
+                **form.validated_data, visitor=address, address=address, owner_secret=token
             )
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from exc

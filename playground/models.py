@@ -8,9 +8,10 @@ The contract shared by the API, the SSE stream and the page:
   (queued → running → done | cancelled | failed), ``error``, ``cancel_requested``,
   ``created_at`` / ``started_at`` / ``finished_at``, ``heartbeat_at`` (written by the
   worker while it runs; a stale one means the worker died), ``worker`` (its hostname),
-  ``stats`` (the engine's ``stream.summary``), ``visitor`` (who submitted it, for the
-  per-visitor limits) and ``owner_hash`` (the hash of what stopping it needs: the
-  creator's session secret or the API's cancel token; never shown) and ``compare_of``
+  ``stats`` (the engine's ``stream.summary``), ``visitor`` (who submitted it) and
+  ``address`` (the client address it came from), both for the active-run limits,
+  ``owner_hash`` (the hash of what stopping it needs: the creator's session secret or
+  the API's cancel token; never shown) and ``compare_of``
   (set on a sibling started by "Compare with…": the run it is compared with; a group of
   siblings holds one of its visitor's active-run slots, see ``services.run_compare_submit``).
 - ``RunToken``: one per position, prompt then generated, unique per ``(run, position)``:
@@ -53,6 +54,7 @@ class Run(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     stats = models.JSONField(default=dict, blank=True)
     visitor = models.CharField(max_length=100, blank=True)  # playground.visitors
+    address = models.CharField(max_length=100, blank=True)  # visitors.visitor_address
     owner_hash = models.CharField(max_length=64, blank=True)  # sha256 of the stop secret
     compare_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="siblings"
@@ -63,6 +65,7 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["status"], name="playground_run_status"),
             models.Index(fields=["visitor", "status"], name="playground_run_visitor"),
+            models.Index(fields=["address", "status"], name="playground_run_address"),
         ]
 
     def __str__(self) -> str:

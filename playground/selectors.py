@@ -41,24 +41,32 @@ class ActiveCounts:
 
     total: int  # site-wide (PLAYGROUND_MAX_QUEUED)
     slots: int  # the visitor's active-run slots in use (PLAYGROUND_VISITOR_ACTIVE)
-    siblings: int  # the visitor's siblings of the run being joined (COMPARE_SIBLINGS)
+    address_slots: int  # the client address's slots in use (PLAYGROUND_VISITOR_ACTIVE too)
+    siblings: int  # the visitor's or address's siblings of the run being joined
 
 
-def run_active_counts(*, visitor: str = "", joining: Run | None = None) -> ActiveCounts:
+def run_active_counts(
+    *, visitor: str = "", address: str = "", joining: Run | None = None
+) -> ActiveCounts:
     """The counts a submit checks, in one query (a submit is on every visitor's path).
 
-    A run alone holds one of its visitor's slots, and a run with the siblings started to
-    compare with it (``Run.compare_of``) hold one between them. ``joining`` is a run whose
-    group is being joined: its own slot is not counted, its active siblings are.
+    A run alone holds one slot of its visitor and of its address, and a run with the
+    siblings started to compare with it (``Run.compare_of``) hold one between them.
+    ``joining`` is a run whose group is being joined: its own slot is not counted, its
+    active siblings are. The address counts page sessions and API calls together, so a
+    fresh cookie adds no slot.
     """
     slot = Coalesce("compare_of_id", "id")
-    mine = Q(visitor=visitor) if visitor else Q(pk__in=[])
+    nobody = Q(pk__in=[])
+    mine = Q(visitor=visitor) if visitor else nobody
+    here = Q(address=address) if address else nobody
     others = ~Q(Exact(slot, joining.pk)) if joining is not None else Q()
-    joined = Q(compare_of=joining) if joining is not None else Q(pk__in=[])
+    joined = Q(compare_of=joining) if joining is not None else nobody
     counts = Run.objects.filter(status__in=Run.ACTIVE).aggregate(
         total=Count("pk"),
         slots=Count(slot, distinct=True, filter=mine & others),
-        siblings=Count("pk", filter=mine & joined),
+        address_slots=Count(slot, distinct=True, filter=here & others),
+        siblings=Count("pk", filter=(mine | here) & joined),
     )
     return ActiveCounts(**counts)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from kernels.params import RunParams
@@ -137,53 +137,83 @@ def run_params_clean(
     return info, asdict(params) | {"extrapolate": extrapolate}
 
 
-@transaction.atomic
 def run_submit(
     *,
     prompt: str,
     visitor: str = "",
+    address: str = "",
     owner_secret: str = "",
     compare_of: Run | None = None,
     **params: Any,
 ) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
 
-    ``visitor`` (``playground.visitors``) is who submits, held to
+    ``visitor`` (``playground.visitors``: a page session, or an API client's address) is
+    who submits and ``address`` the client address it came from; each is held to
     ``PLAYGROUND_VISITOR_ACTIVE`` active-run slots (``selectors.run_active_counts``: a run
     started to compare with ``compare_of`` shares that run's slot, and a run has at most
-    ``COMPARE_SIBLINGS`` such siblings of one visitor active); ``owner_secret`` (a session's
-    secret or an API cancel token) is what stopping the run will need, stored as its hash.
-    The other keyword arguments are those of ``run_params_clean`` (``model`` by name,
-    default the first configured). Raises ``ValidationError`` naming the bad fields,
-    ``VisitorLimit``, and ``QueueFull`` when ``PLAYGROUND_MAX_QUEUED`` runs are queued or
-    running.
+    ``COMPARE_SIBLINGS`` such siblings of one visitor or address active), so a fresh
+    cookie buys no slot. ``owner_secret`` (a session's secret or an API cancel token) is
+    what stopping the run will need, stored as its hash. The other keyword arguments are
+    those of ``run_params_clean`` (``model`` by name, default the first configured).
+    Raises ``ValidationError`` naming the bad fields, ``VisitorLimit``, and ``QueueFull``
+    when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running. The limits are counted and
+    the run created under ``_submits_serialised``: concurrent submits cannot all pass.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
-    refusal = _limit_refusal(visitor=visitor, joining=compare_of)
-    if refusal is not None:
-        # Runs whose worker died hold their slots until swept. Viewers and starting
-        # workers sweep too; a submit sweeps only when such runs may be what refuses it,
-        # which keeps the sweep's queries off every visitor's way to a first token.
-        run_fail_stale()
-        refusal = _limit_refusal(visitor=visitor, joining=compare_of)
-    if refusal is not None:
-        raise refusal
-    run = Run.objects.create(
-        prompt=prompt,
-        model=model.name,
-        params=run_params,
-        trained_loops=model.loops,
-        visitor=visitor,
-        owner_hash=secret_hash(owner_secret) if owner_secret else "",
-        compare_of=compare_of,
-    )
-    transaction.on_commit(lambda: run_enqueue(run=run))
+    with transaction.atomic():
+        _submits_serialised()
+        refusal = _limit_refusal(visitor=visitor, address=address, joining=compare_of)
+        if refusal is not None:
+            # Runs whose worker died hold their slots until swept. Viewers and starting
+            # workers sweep too; a submit sweeps only when such runs may be what refuses
+            # it, which keeps the sweep's queries off every visitor's way to a first token.
+            run_fail_stale()
+            refusal = _limit_refusal(visitor=visitor, address=address, joining=compare_of)
+        if refusal is not None:
+            raise refusal
+        run = Run.objects.create(
+            prompt=prompt,
+            model=model.name,
+            params=run_params,
+            trained_loops=model.loops,
+            visitor=visitor,
+            address=address,
+            owner_hash=secret_hash(owner_secret) if owner_secret else "",
+            compare_of=compare_of,
+        )
+        transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
 
-def _limit_refusal(*, visitor: str, joining: Run | None) -> VisitorLimit | QueueFull | None:
-    """What refuses a submit by ``visitor`` (joining ``joining``'s group) now, if anything."""
-    counts = selectors.run_active_counts(visitor=visitor, joining=joining)
+# The PostgreSQL advisory lock that submits take: any number no other code uses ("play").
+SUBMIT_LOCK = 0x706C6179
+
+
+def _submits_serialised() -> None:
+    """Make this transaction the only submit counting and creating runs until it ends.
+
+    The limits are a count, then an insert: two submits that both count before either
+    inserts would both pass (20 at once from one address made 15 runs under a limit of 2).
+    On PostgreSQL, a transaction-level advisory lock: released at commit or rollback,
+    needing no table or row (nothing to create, or to lose to a flush), and the counts
+    read after it (READ COMMITTED) see the runs its previous holder created. On SQLite
+    the settings make every transaction IMMEDIATE, so the caller's ``atomic`` took the
+    database's write lock at BEGIN and other submits wait there on the busy timeout (a
+    DEFERRED transaction that counted first could not upgrade to write once another had,
+    and would fail "database is locked").
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SUBMIT_LOCK])
+
+
+def _limit_refusal(
+    *, visitor: str, address: str, joining: Run | None
+) -> VisitorLimit | QueueFull | None:
+    """What refuses a submit by ``visitor`` from ``address`` (joining ``joining``'s
+    group) now, if anything."""
+    counts = selectors.run_active_counts(visitor=visitor, address=address, joining=joining)
     limit = settings.PLAYGROUND_VISITOR_ACTIVE
     if visitor and counts.slots >= limit:
         return VisitorLimit(
@@ -191,7 +221,13 @@ def _limit_refusal(*, visitor: str, joining: Run | None) -> VisitorLimit | Queue
             "PLAYGROUND_VISITOR_ACTIVE; a run compared with its siblings counts once); "
             "wait for one to finish or stop it."
         )
-    if joining is not None and visitor and counts.siblings >= COMPARE_SIBLINGS:
+    if address and counts.address_slots >= limit:
+        return VisitorLimit(
+            f"Your address already has {limit} runs queued or running (the limit per "
+            "visitor and per address, PLAYGROUND_VISITOR_ACTIVE, whatever the browser "
+            "session); wait for one to finish or stop it."
+        )
+    if joining is not None and (visitor or address) and counts.siblings >= COMPARE_SIBLINGS:
         return VisitorLimit(
             f"You already have {COMPARE_SIBLINGS} runs comparing with this one queued or "
             "running; wait for them to finish or stop them."
@@ -206,15 +242,21 @@ def _limit_refusal(*, visitor: str, joining: Run | None) -> VisitorLimit | Queue
 
 @transaction.atomic
 def run_compare_submit(
-    *, run: Run, variants: list[dict[str, Any]], visitor: str = "", owner_secret: str = ""
+    *,
+    run: Run,
+    variants: list[dict[str, Any]],
+    visitor: str = "",
+    address: str = "",
+    owner_secret: str = "",
 ) -> list[Run]:
     """Start up to ``COMPARE_SIBLINGS`` siblings of ``run``: its prompt, model, seed and
     settings, each with one variant's settings instead (``siblings.sibling_params``).
 
     Each goes through ``run_submit`` as any run does (checks, limits, owner); together
     they hold one of the visitor's active-run slots, so a visitor may compare three runs
-    under the default limit of two. All or none start, and together once this commits,
-    so one worker batches their steps.
+    under the default limit of two (against the submit rate, each counts: the views take
+    one submit per variant). All or none start, and together once this commits, so one
+    worker batches their steps.
     """
     if not 1 <= len(variants) <= COMPARE_SIBLINGS:
         raise ValidationError(
@@ -225,6 +267,7 @@ def run_compare_submit(
             prompt=run.prompt,
             model=run.model,
             visitor=visitor,
+            address=address,
             owner_secret=owner_secret,
             compare_of=run,
             **sibling_params(run, variant),

@@ -27,7 +27,7 @@ from playground.pages import RunView, run_context, run_view
 from playground.serializers import RunCreateSerializer
 from playground.services import MAX_PROMPT_CHARS
 from playground.throttles import RunSubmitThrottle
-from playground.visitors import session_secret, visitor_of_session
+from playground.visitors import session_secret, visitor_address, visitor_of_session
 
 TEMPLATE = "playground/playground.html"
 COMPARE_TEMPLATE = "playground/compare.html"
@@ -64,9 +64,7 @@ def _initial_from_query(query) -> dict[str, str]:
 def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
     status = 400
     throttle = RunSubmitThrottle()
-    # The stubs want a DRF Request and view; the throttle reads only .user and .META (as a
-    # Django request has them) and never the view.
-    if form.is_valid() and not throttle.allow_request(request, None):  # type: ignore[arg-type]
+    if form.is_valid() and not throttle.allow_page_request(request):
         form.add_error(None, throttle.refusal(throttle.wait()))
         status = 429
     elif form.is_valid():
@@ -109,14 +107,16 @@ def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpRespon
             f"{name}: {' '.join(map(str, messages))}" for name, messages in form.errors.items()
         ]
         return _compare_page(request, errors=errors, status=400)
-    if not throttle.allow_request(request, None):  # type: ignore[arg-type]  # as in _submit
+    variants = form.variants(run)
+    if not throttle.allow_page_request(request, cost=len(variants)):  # one submit per run
         return _compare_page(request, errors=[throttle.refusal(throttle.wait())], status=429)
     secret = session_secret(request, create=True)
     try:
         siblings = services.run_compare_submit(
             run=run,
-            variants=form.variants(run),
+            variants=variants,
             visitor=visitor_of_session(secret),
+            address=visitor_address(request.META),
             owner_secret=secret,
         )
     except (services.QueueFull, services.VisitorLimit) as exc:
@@ -148,13 +148,16 @@ def _compare_page(request: HttpRequest, *, errors: list[str], status: int) -> Ht
 
 def _run_submit(request: HttpRequest, params: dict) -> Run:
     """The API's own checks and service, on the form's parameters; the run belongs to
-    this browser session."""
+    this browser session, and counts against its address's slots too."""
     checked = RunCreateSerializer(data=params)
     if not checked.is_valid():
         raise ValidationError(checked.errors)
     secret = session_secret(request, create=True)
     return services.run_submit(
-        **checked.validated_data, visitor=visitor_of_session(secret), owner_secret=secret
+        **checked.validated_data,
+        visitor=visitor_of_session(secret),
+        address=visitor_address(request.META),
+        owner_secret=secret,
     )
 
 

@@ -11,7 +11,8 @@
   headers are ignored, so a made-up one changes nothing).
 
 The submit rate and the open-stream cap count per address (page and API together), which
-dropping a cookie does not reset; the active-run limit counts per visitor as above.
+dropping a cookie does not reset; the active-run limit counts per visitor as above and
+per address too (each run stores both), so a fresh cookie buys no new slot.
 """
 
 from __future__ import annotations

@@ -163,8 +163,9 @@ def test_a_submit_under_its_limits_leaves_the_sweep_to_viewers_and_workers(
     stale = timezone.now() - timedelta(seconds=settings.PLAYGROUND_STALE_AFTER_S + 1)
     dead = run_factory(status="running", heartbeat_at=stale, worker="w@host")
 
-    # when: the limits are counted in one query and the run is stored (in a savepoint)
-    with django_assert_max_num_queries(4):
+    # when: the submits' lock taken (PostgreSQL), the limits counted in one query and the
+    # run stored (in a savepoint)
+    with django_assert_max_num_queries(5):
         run = services.run_submit(prompt=PROMPT, visitor="v")
 
     # then
