@@ -9,7 +9,8 @@
 - ``GET /api/v1/runs/<id>/tokens/``: the token records as JSON, or CSV with
   ``?format=csv`` / ``Accept: text/csv`` (one row per token, cumulative per loop).
 - ``POST /api/v1/runs/<id>/cancel/``: 202 for the run's creator (its ``cancel_token`` in
-  the ``X-Cancel-Token`` header, or the page session that started it); the
+  the ``X-Cancel-Token`` header, or the page session that started it, with its CSRF
+  token as the page's forms send it); the
   run stops between tokens, ``cancelled``. Anyone else: 403.
 - ``GET /api/v1/runs/models/``: the configured checkpoints (T, availability).
 - ``GET /api/v1/runs/compare/?runs=a,b,c``: one to three runs of one prompt and model
@@ -34,6 +35,7 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import mixins, status, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import (
     APIException,
@@ -177,13 +179,19 @@ class RunViewSet(
         request=None,
         responses={
             202: RunSerializer,
-            403: OpenApiResponse(description="Not the run's creator."),
+            403: OpenApiResponse(
+                description="Not the run's creator, or its page session without the CSRF token."
+            ),
             **ERRORS,
         },
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, id: str) -> Response:
-        secret = request.headers.get("X-Cancel-Token") or session_secret(request)
+        secret = request.headers.get("X-Cancel-Token")
+        if not secret:  # the page's session: its cookie rides on any site's form, so CSRF
+            # Django's request (DRF's would parse the body, JSON only, to find the token).
+            SessionAuthentication().enforce_csrf(request._request)  # type: ignore[arg-type]
+            secret = session_secret(request)
         try:
             run = services.run_stop(run=self.get_object(), secret=secret)
         except services.NotOwner as exc:
