@@ -34,6 +34,12 @@ KEY = "playground:run:{}"
 # viewer refused one would poll the database instead); Redis's own ``maxclients``
 # (10,000 by default) is the bound.
 READERS_MAX = 10_000
+# The viewers' client gives up on a socket read after READ_TIMEOUT_S (a connection gone
+# dead), and the shared blocking read asks Redis to answer within half of it, so a quiet
+# stream's read returns empty (and is asked again) long before the socket times out. A
+# block as long as the timeout or longer fails every quiet read, and sends every viewer
+# of a quiet run to the database.
+READ_TIMEOUT_S = 5.0
 
 
 def stream_key(run_id: object) -> str:
@@ -51,6 +57,11 @@ def end_entry_id(last_position: int) -> str:
 def after_position_id(position: int) -> str:
     """The id to read after, for a viewer that has every position up to ``position``."""
     return f"{position + 1}-0"
+
+
+def read_block_ms() -> int:
+    """How long the shared read of a run's stream blocks: under the socket timeout."""
+    return int(READ_TIMEOUT_S * 1000 / 2)
 
 
 _client = None
@@ -128,7 +139,9 @@ async def reading_client() -> Any:
     held = _readers.get(loop)
     if held is not None and held[0] == settings.REDIS_URL:
         return held[1]
-    client = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=READERS_MAX)
+    client = aioredis.Redis.from_url(
+        settings.REDIS_URL, max_connections=READERS_MAX, socket_timeout=READ_TIMEOUT_S
+    )
     _readers[loop] = (settings.REDIS_URL, client)
     if held is not None:
         await held[1].aclose()

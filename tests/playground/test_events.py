@@ -170,7 +170,8 @@ def test_a_run_whose_worker_stopped_responding_ends_failed(run_factory, settings
     # then
     assert [e.get("id") for e in events[1:3]] == ["0", "1"]
     assert events[-1]["event"] == "error"
-    assert "w@gpu1" in events[-1]["data"]["error"]
+    assert "stopped responding" in events[-1]["data"]["error"]
+    assert "w@gpu1" not in events[-1]["data"]["error"]  # the host name is in the log only
 
 
 # -- the view
@@ -239,11 +240,13 @@ def test_an_address_over_its_open_streams_gets_429_until_one_closes(run_factory,
         await asyncio.sleep(30)
 
     async def go():
-        held = [open_streams.counted(address, chunks()) for _ in range(2)]
-        for stream in held:
-            await anext(stream)
+        held = []
+        for _ in range(2):
+            assert open_streams.take(address)
+            held.append(await open_streams.held(address, chunks()))
         refused = await AsyncClient().get(run.get_events_url())
-        other = open_streams.full("address:10.1.1.1")
+        other = open_streams.take("address:10.1.1.1")
+        open_streams.give_back("address:10.1.1.1")
         await held[0].aclose()  # a viewer goes away
         allowed = await AsyncClient().get(run.get_events_url())
         await held[1].aclose()
@@ -255,7 +258,7 @@ def test_an_address_over_its_open_streams_gets_429_until_one_closes(run_factory,
     # then
     assert refused.status_code == 429
     assert "PLAYGROUND_VISITOR_STREAMS" in refused.content.decode()
-    assert other is False and allowed.status_code == 200
+    assert other is True and allowed.status_code == 200
     assert not open_streams.counts
 
 

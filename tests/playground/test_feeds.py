@@ -33,7 +33,7 @@ def publish(client, positions, end=False):
 async def collect(client, start: str, ready: asyncio.Event | None = None) -> list[bytes]:
     """A viewer: the entry ids after ``start`` until the end entry."""
     seen: list[bytes] = []
-    async with feeds.watching(client, KEY, start, block_ms=200) as feed:
+    async with feeds.watching(KEY, start, feeds.redis_pull(client, KEY, block_ms=200)) as feed:
         if ready is not None:
             ready.set()
         while not seen or not seen[-1].endswith(b"-1"):
@@ -121,8 +121,9 @@ def test_a_read_error_reaches_every_viewer_and_the_next_viewer_reads_again(sync,
 def test_the_reader_stops_when_its_last_viewer_leaves(sync, redis_url):
     async def scenario() -> tuple[bool, bool]:
         client = aioredis.Redis.from_url(redis_url)
-        async with feeds.watching(client, KEY, "0-0", block_ms=200) as feed:
-            async with feeds.watching(client, KEY, "0-0", block_ms=200) as same:
+        pull = feeds.redis_pull(client, KEY, block_ms=200)
+        async with feeds.watching(KEY, "0-0", pull) as feed:
+            async with feeds.watching(KEY, "0-0", pull) as same:
                 assert same is feed
             await asyncio.sleep(0.05)
             still_reading = not feed.task.done()
