@@ -42,6 +42,17 @@ def database_url_of(database: Mapping[str, Any]) -> str:
     return f"postgres://{auth}{host}:{port}/{database['NAME']}"
 
 
+def suite_stack(workdir: Path, *, redis_url: str = "") -> Stack:
+    """A stack on the suite's database: its PostgreSQL test database, or a migrated SQLite
+    file of its own in ``workdir`` (the suite's in-memory SQLite is not shared)."""
+    if settings.USING_POSTGRES:
+        database_url = database_url_of(settings.DATABASES["default"])
+        return Stack(workdir, database_url=database_url, redis_url=redis_url)
+    stack = Stack(workdir, database_url=f"sqlite:///{workdir / 'db.sqlite3'}", redis_url=redis_url)
+    stack.manage("migrate", "--noinput")
+    return stack
+
+
 class Stack:
     def __init__(self, workdir: Path, *, database_url: str, redis_url: str = "") -> None:
         self.workdir = workdir

@@ -4,10 +4,9 @@ stored failed with the reason, and it holds no queue slot. The web server runs f
 
 import pytest
 import redis
-from django.conf import settings
 
 from tests.playground.conftest import PROMPT
-from tests.playground.stack import Stack, database_url_of, free_port
+from tests.playground.stack import free_port, suite_stack
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -15,14 +14,8 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 @pytest.fixture
 def web_without_broker(redis_url, transactional_db, tmp_path):
     redis.Redis.from_url(redis_url).flushdb()
-    if settings.USING_POSTGRES:
-        database_url = database_url_of(settings.DATABASES["default"])
-    else:
-        database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    stack = Stack(tmp_path, database_url=database_url, redis_url=redis_url)
+    stack = suite_stack(tmp_path, redis_url=redis_url)
     stack.env["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens
-    if not settings.USING_POSTGRES:
-        stack.manage("migrate", "--noinput")
     try:
         stack.start_web()
         yield stack

@@ -9,10 +9,9 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from django.conf import settings
 
 from tests.playground.conftest import PROMPT
-from tests.playground.stack import Stack, database_url_of, read_run, token_view
+from tests.playground.stack import read_run, suite_stack, token_view
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -21,13 +20,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 def stack(redis_url, django_db_setup, django_db_blocker, tmp_path_factory):
     redis.Redis.from_url(redis_url).flushdb()
     workdir = tmp_path_factory.mktemp("full-stack")
-    if settings.USING_POSTGRES:
-        database_url = database_url_of(settings.DATABASES["default"])
-    else:
-        database_url = f"sqlite:///{workdir / 'db.sqlite3'}"
-    stack = Stack(workdir, database_url=database_url, redis_url=redis_url)
-    if not settings.USING_POSTGRES:
-        stack.manage("migrate", "--noinput")
+    stack = suite_stack(workdir, redis_url=redis_url)
     try:
         yield stack.start()
     finally:

@@ -9,11 +9,10 @@ import time
 import httpx
 import pytest
 import redis
-from django.conf import settings
 
 from benchmarks.soak import RedisServer
 from tests.playground.conftest import PROMPT
-from tests.playground.stack import Stack, database_url_of
+from tests.playground.stack import Stack, suite_stack
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -22,14 +21,8 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 def stack_on_own_redis(redis_url, transactional_db, tmp_path):
     server = RedisServer(tmp_path)
     server.start()
-    if settings.USING_POSTGRES:
-        database_url = database_url_of(settings.DATABASES["default"])
-    else:
-        database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    stack = Stack(tmp_path, database_url=database_url, redis_url=server.url)
+    stack = suite_stack(tmp_path, redis_url=server.url)
     stack.env["PLAYGROUND_TOKEN_DELAY_S"] = "0.05"  # the runs are still going when it dies
-    if not settings.USING_POSTGRES:
-        stack.manage("migrate", "--noinput")
     try:
         yield stack.start(), server
     finally:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from playground.models import Run
 from tests.playground.conftest import PROMPT
-from tests.playground.stack import Stack, database_url_of
+from tests.playground.stack import Stack, suite_stack
 
 STALE_S = 3  # PLAYGROUND_STALE_AFTER_S of the real stack below
 SWEEP_S = 1  # PLAYGROUND_STALE_SWEEP_S of its workers
@@ -57,18 +57,12 @@ def test_reading_a_run_with_a_fresh_heartbeat_leaves_it_running(client, run_fact
 def stack(redis_url, django_db_setup, django_db_blocker, tmp_path_factory):
     redis.Redis.from_url(redis_url).flushdb()
     workdir = tmp_path_factory.mktemp("stale-reads")
-    if settings.USING_POSTGRES:
-        database_url = database_url_of(settings.DATABASES["default"])
-    else:
-        database_url = f"sqlite:///{workdir / 'db.sqlite3'}"
-    stack = Stack(workdir, database_url=database_url, redis_url=redis_url)
+    stack = suite_stack(workdir, redis_url=redis_url)
     stack.env |= {
         "PLAYGROUND_STALE_AFTER_S": str(STALE_S),
         "PLAYGROUND_STALE_SWEEP_S": str(SWEEP_S),
         "PLAYGROUND_TOKEN_DELAY_S": "0.1",  # a run lasts longer than a worker takes to start
     }
-    if not settings.USING_POSTGRES:
-        stack.manage("migrate", "--noinput")
     try:
         yield stack.start()
     finally:
