@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: real services, a real browser, the gpu marker.
+"""Fixtures shared by the whole suite: real services, a real browser, the gpu marker, and
+a database that several threads may write to at once.
 
 Tests that need Redis or Chromium skip on a machine without them, with the reason,
 unless REQUIRE_SERVICES=1 / REQUIRE_BROWSER=1 (as in CI), where their absence fails.
@@ -9,6 +10,9 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from django.core.management import call_command
+from django.db import connections
+from django.db.utils import load_backend
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -88,3 +92,23 @@ def browser() -> Iterator[object]:
         )
         yield chromium
         chromium.close()
+
+
+@pytest.fixture
+def deployed_database(settings, tmp_path):
+    """On SQLite, a migrated database file with the deployed settings (WAL, IMMEDIATE
+    transactions, a busy timeout) for this test's every thread; PostgreSQL as it is."""
+    if settings.USING_POSTGRES:
+        yield
+        return
+    memory = connections["default"]
+    deployed = memory.settings_dict | {"NAME": str(tmp_path / "db.sqlite3")}
+    connections.settings["default"] = deployed  # what each new thread's connection uses
+    connections["default"] = load_backend(deployed["ENGINE"]).DatabaseWrapper(deployed)
+    try:
+        call_command("migrate", verbosity=0)
+        yield
+    finally:
+        connections["default"].close()
+        connections.settings["default"] = memory.settings_dict
+        connections["default"] = memory

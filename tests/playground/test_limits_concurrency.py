@@ -14,9 +14,7 @@ from contextlib import suppress
 from unittest import mock
 
 import pytest
-from django.core.management import call_command
-from django.db import connection, connections
-from django.db.utils import load_backend
+from django.db import connection
 from django.test import Client
 
 from playground import selectors, services
@@ -38,26 +36,6 @@ RUNS = "/api/v1/runs/"
 def _no_broker():
     with mock.patch.object(services, "run_enqueue"):
         yield
-
-
-@pytest.fixture
-def deployed_database(settings, tmp_path):
-    """On SQLite, a migrated database file with the deployed settings (WAL, IMMEDIATE
-    transactions, a busy timeout) for this test's every thread; PostgreSQL as it is."""
-    if settings.USING_POSTGRES:
-        yield
-        return
-    memory = connections["default"]
-    deployed = memory.settings_dict | {"NAME": str(tmp_path / "db.sqlite3")}
-    connections.settings["default"] = deployed  # what each new thread's connection uses
-    connections["default"] = load_backend(deployed["ENGINE"]).DatabaseWrapper(deployed)
-    try:
-        call_command("migrate", verbosity=0)
-        yield
-    finally:
-        connections["default"].close()
-        connections.settings["default"] = memory.settings_dict
-        connections["default"] = memory
 
 
 @pytest.fixture

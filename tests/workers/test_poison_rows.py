@@ -60,8 +60,11 @@ def test_a_poisoned_run_fails_alone_and_the_others_get_their_own_output():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_poisoned_run_fails_and_the_runs_batched_with_it_end_done(run_factory, monkeypatch):
-    # given three good runs and one whose sampler raises on its third draw
+def test_a_poisoned_run_fails_and_the_runs_batched_with_it_end_done(
+    deployed_database, run_factory, monkeypatch
+):
+    # given three good runs and one whose sampler raises on its third draw (their four
+    # task threads write at once: on SQLite a database as deployed, not the in-memory one)
     real_sampler = GenerationParams.sampler
 
     def sampler(params: GenerationParams) -> Sampler:
