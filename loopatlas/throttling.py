@@ -25,8 +25,9 @@ from rest_framework.request import Request
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-# A window's counter outlives the window by this much, so a request computed for the
-# window's last moment still finds it (an increment of a vanished key would not expire).
+# A window's counter lives a window and this much from its first request, so it outlasts
+# its window, and a request computed for the window's last moment still finds it (an
+# increment of a vanished key would not expire).
 COUNTER_GRACE_S = 5
 
 
@@ -37,7 +38,7 @@ def budget_take(key: str, *, limit: int, period: int, cost: int = 1, now: float)
     window = int((now - offset) // period)
     left = (window + 1) * period + offset - now
     counter = f"{key}:{window}"
-    cache.add(counter, 0, timeout=int(left) + COUNTER_GRACE_S)
+    cache.add(counter, 0, timeout=period + COUNTER_GRACE_S)
     try:
         count = cache.incr(counter, cost)
     except ValueError:  # not there: the cache is unreachable (or evicted it), count nothing

@@ -7,6 +7,7 @@ unless REQUIRE_SERVICES=1 / REQUIRE_BROWSER=1 (as in CI), where their absence fa
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -33,6 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch) -> list[float]:
+    """The throttles' clock, held still until a test moves it: the requests of a test
+    fall in one rate window, wherever the wall clock's window boundaries lie."""
+    from rest_framework.throttling import SimpleRateThrottle
+
+    now = [time.time()]
+    monkeypatch.setattr(SimpleRateThrottle, "timer", staticmethod(lambda: now[0]))
+    return now
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 passes. On the real Redis cache, as deployed (LocMem's lock would hide a race)."""
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
@@ -38,14 +37,6 @@ def redis_cache(settings, redis_url):
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def clock(monkeypatch) -> list[float]:
-    """The throttles' clock, held still (a burst then falls in one window) until moved."""
-    now = [time.time()]
-    monkeypatch.setattr(SimpleRateThrottle, "timer", staticmethod(lambda: now[0]))
-    return now
 
 
 def _request(address: str = ADDRESS) -> Request:
