@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from loopatlas.spreadsheet import inert
+
 CSV_COLUMNS = (
     "slug",
     "title",
@@ -68,7 +70,6 @@ _BIBTEX_SPECIALS = {
 # value early: it is written as a command instead.
 _BIBTEX_LONE_BRACES = {"{": r"\textbraceleft{}", "}": r"\textbraceright{}"}
 _BIBTEX_URL_UNSAFE_RE = re.compile(r"[\s{}\\]")  # percent-encoded, which keeps the URL
-_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 Row = dict[str, Any]
 
@@ -217,18 +218,12 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, dict):
         return json.dumps(value, ensure_ascii=False, sort_keys=True) if value else ""
     if isinstance(value, list):
-        return _csv_inert(CSV_LIST_SEPARATOR.join(value))
+        return inert(CSV_LIST_SEPARATOR.join(value))
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return _csv_inert(value)
+        return inert(value)
     return "" if value is None else value
-
-
-def _csv_inert(text: str) -> str:
-    """Text a spreadsheet shows rather than runs: a leading apostrophe before ``=`` and the
-    other characters that start a formula (no value of the curated atlas starts so)."""
-    return "'" + text if text.startswith(_CSV_FORMULA_STARTS) else text
 
 
 def export_json(rows: Sequence[Row], version: str) -> str:

@@ -51,6 +51,7 @@ from rest_framework.throttling import BaseThrottle
 
 from loopatlas.api.conventions import StrictFilterBackend
 from loopatlas.middleware import RETRY_AFTER_S
+from loopatlas.spreadsheet import inert
 from playground import selectors, services
 from playground.checkpoints import model_catalog
 from playground.comparison import COMPARE_MAX, CompareError, runs_compare
@@ -90,7 +91,8 @@ class TokensCSVRenderer(BaseRenderer):
 
     def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
         out = io.StringIO()
-        csv.writer(out, lineterminator="\n").writerows(data)
+        rows = ([inert(cell) if isinstance(cell, str) else cell for cell in row] for row in data)
+        csv.writer(out, lineterminator="\n").writerows(rows)
         return out.getvalue().encode(self.charset)
 
 

@@ -203,6 +203,20 @@ def test_tokens_export_as_csv_with_cumulative_per_loop(client, run_factory, how)
     assert rows[2][1] == "generated"
 
 
+def test_a_token_that_starts_like_a_formula_is_inert_in_the_csv(client, run_factory):
+    # given a model token a spreadsheet would run
+    run = run_factory(tokens=2, prompt_tokens=1, status="done")
+    run.tokens.filter(position=1).update(text="=HYPERLINK(1)")
+
+    # when
+    response = client.get(f"{RUNS}{run.id}/tokens/", {"format": "csv"})
+
+    # then its cell starts with an apostrophe; the numbers stay numbers
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[2][3] == "'=HYPERLINK(1)"
+    assert rows[2][0] == "1"
+
+
 def test_an_unknown_export_format_is_a_400(client, run_factory):
     # given
     run = run_factory()
