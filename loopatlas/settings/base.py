@@ -254,12 +254,12 @@ CELERY_BROKER_URL = env_str(
     "CELERY_BROKER_URL", REDIS_URL or f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
 )
 # Our subclasses of kombu's transports (workers/broker.py): the SQLite file polled fast,
-# and Redis that a worker survives losing with runs in flight.
+# and Redis (plain or TLS) that a worker survives losing with runs in flight.
 CELERY_BROKER_TRANSPORT: str | None = (
     "workers.broker:Transport"
     if CELERY_BROKER_URL.startswith("sqlite:")
     else "workers.broker:RedisTransport"
-    if CELERY_BROKER_URL.startswith("redis:")
+    if CELERY_BROKER_URL.startswith(("redis:", "rediss:"))
     else None
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -2,11 +2,13 @@
 patch it (``workers.broker.RedisTransport``), and the messages kombu gives back on the
 way. The real outages are in tests/playground/test_redis_loss.py."""
 
+import os
+import subprocess
+import sys
 from typing import Any
 from unittest import mock
 
 import pytest
-from django.conf import settings
 from kombu import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -17,9 +19,28 @@ from workers.broker import RedisTransport
 pytestmark = pytest.mark.services
 
 
-def test_a_redis_broker_url_uses_our_transport():
-    if settings.CELERY_BROKER_URL.startswith("redis:"):
-        assert settings.CELERY_BROKER_TRANSPORT == "workers.broker:RedisTransport"
+@pytest.mark.parametrize(
+    ("url", "transport"),
+    [
+        ("redis://broker:6379/0", "workers.broker:RedisTransport"),
+        ("rediss://broker:6380/0?ssl_cert_reqs=required", "workers.broker:RedisTransport"),
+        ("sqlite:///var/broker.sqlite3", "workers.broker:Transport"),
+        ("amqp://broker//", "None"),
+    ],
+)
+def test_the_broker_url_picks_our_transport(url, transport):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import loopatlas.settings.base as s; print(s.CELERY_BROKER_TRANSPORT)",
+        ],
+        env=os.environ | {"CELERY_BROKER_URL": url, "DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == transport
 
 
 def test_a_channel_of_a_released_connection_raises_the_connection_error_kombu_ignores(
