@@ -8,16 +8,16 @@ the page and the files can never cite a work differently.
 import json
 from typing import Any
 
-from atlas.exports import Row, venue_kind
+from atlas.exports import Row, cited_date, venue_kind
 
 _JSON_IN_HTML = str.maketrans({"<": "\\u003C", ">": "\\u003E", "&": "\\u0026"})
 _VENUE_TAGS = {"conference": "citation_conference_title", "journal": "citation_journal_title"}
 
 
 def _date(row: Row, separator: str) -> str:
-    """``YYYY<sep>MM``, or only the year when the month is an estimate."""
-    year, month = row["month"].split("-")
-    return year if row["month_estimated"] else f"{year}{separator}{month}"
+    """``YYYY<sep>MM``, or only the year where the exports give no month (``cited_date``)."""
+    year, month = cited_date(row)
+    return f"{year}{separator}{month}" if month else year
 
 
 def _abstract_url(row: Row) -> str | None:

@@ -1,4 +1,5 @@
-"""What the Explore page shows for a query string: results, facet panels, timeline."""
+"""What the Explore page shows for a query string (results, facet panels, timeline), and
+what an author's page shows (their works and the same panels over them)."""
 
 from dataclasses import dataclass, field
 
@@ -6,8 +7,8 @@ from django.core.paginator import Page, Paginator
 from django.http import QueryDict
 
 from atlas import charts, taxonomy
-from atlas.filters import WorkFilter
-from atlas.models import TOPIC
+from atlas.filters import HAS_CODE, HAS_CODE_CHOICES, WorkFilter
+from atlas.models import TOPIC, Author, Work
 from atlas.selectors import (
     FacetCounts,
     facet_counts,
@@ -63,6 +64,12 @@ def facet_panels(filterset: WorkFilter, counts: FacetCounts) -> list[FacetPanel]
             for t in facet.terms
         ]
         panels.append(FacetPanel(facet.name, facet.label, facet.multi, options))
+    chosen, numbers = _selected(filterset, HAS_CODE), counts.get(HAS_CODE, {})
+    options = [
+        FacetOption(slug, label, "", numbers.get(slug, 0), slug in chosen)
+        for slug, label in HAS_CODE_CHOICES
+    ]
+    panels.append(FacetPanel(HAS_CODE, "Code", False, options))
     chosen, numbers = _selected(filterset, TOPIC), counts.get(TOPIC, {})
     topics = sorted(numbers.items(), key=lambda item: (-item[1], item[0]))
     topics += [(topic, 0) for topic in sorted(chosen - set(numbers))]
@@ -118,4 +125,28 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
     counts = facet_counts(filterset=filterset)
     return ExplorePage(
         filterset=filterset, panels=facet_panels(filterset, counts), page=page, figure=figure
+    )
+
+
+@dataclass(frozen=True)
+class AuthorPage:
+    author: Author
+    works: list[Work]
+    panels: list[FacetPanel]
+    truncated: list[Work]  # other works whose author lists end in "et al."
+
+
+def author_page(*, author: Author) -> AuthorPage:
+    """The author's works newest first, their facet counts, and the works whose truncated
+    author lists may hide more works by them."""
+    filterset = work_filter(params=QueryDict(f"author={author.slug}"))
+    filterset.is_valid()
+    works = list(filterset.qs)
+    panels = facet_panels(filterset, facet_counts(filterset=filterset))
+    truncated = work_filter(params=QueryDict()).qs.filter(authors_et_al=True)
+    return AuthorPage(
+        author=author,
+        works=works,
+        panels=panels,
+        truncated=list(truncated.exclude(pk__in=[work.pk for work in works])),
     )

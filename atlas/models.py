@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from atlas import taxonomy
 from atlas.records import FIELD_RULES, RecordError
-from atlas.search import SearchDocument, SearchDocumentField
+from atlas.search import SearchDocument, SearchDocumentField, url_words
 
 TOPIC = "topics"
 TAG_FACETS = (*(facet.name for facet in taxonomy.MULTI_FACETS), TOPIC)
@@ -81,7 +81,9 @@ class Work(models.Model):
         null=True, blank=True, help_text="When a curator last approved a correction."
     )
     search_document = models.GeneratedField(
-        expression=SearchDocument("title", "summary", "authors"),
+        expression=SearchDocument(
+            "title", "summary", "authors", "venue", "code_url", url_words("code_url")
+        ),
         output_field=SearchDocumentField(),
         db_persist=True,
     )
@@ -151,6 +153,42 @@ class WorkTag(models.Model):
             FIELD_RULES[self.facet].clean([self.value])
         except RecordError as exc:
             raise ValidationError({"value": str(exc)}) from exc
+
+
+class Author(models.Model):
+    """One person, under the name the atlas shows (``atlas.authors`` joins spellings)."""
+
+    key = models.CharField(max_length=200, unique=True, help_text="The folded name.")
+    slug = models.SlugField(max_length=200, unique=True)
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["name", "slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("atlas:author", kwargs={"slug": self.slug})
+
+
+class WorkAuthor(models.Model):
+    """An author of a work, at their position in its list, as the work writes the name."""
+
+    work = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="author_links")
+    author = models.ForeignKey(Author, on_delete=models.CASCADE, related_name="work_links")
+    position = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["work", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["work", "position"], name="atlas_work_author_unique")
+        ]
+        indexes = [models.Index(fields=["author", "work"])]
+
+    def __str__(self) -> str:
+        return f"{self.work_id}#{self.position}: {self.name}"
 
 
 class AtlasChange(models.Model):

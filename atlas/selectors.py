@@ -23,8 +23,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Concat
 
 from atlas import taxonomy
-from atlas.filters import WorkFilter
-from atlas.models import TOPIC, AtlasChange, FieldChange, Work, WorkTag
+from atlas.authors import name_key
+from atlas.filters import HAS_CODE, HAS_CODE_VALUE, WorkFilter
+from atlas.models import TOPIC, AtlasChange, Author, FieldChange, Work, WorkAuthor, WorkTag
 
 COMPARE_MAX = 3
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -79,26 +80,32 @@ FacetCounts = dict[str, dict[str, int]]
 def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
     """Works per facet value under the current filters.
 
-    A single-valued facet is counted ignoring its own parameter (its values are
-    alternatives, so each count says what choosing that value would add); multi-valued
-    facets and topics are counted within the current results (each value narrows).
+    A single-valued facet (and whether a work has code) is counted ignoring its own
+    parameter (its values are alternatives, so each count says what choosing that value
+    would add); multi-valued facets and topics are counted within the current results
+    (each value narrows).
 
     Queries: one for all single-valued facets without a filter of their own (grouped by
     all of them at once, summed here), one per single-valued facet being filtered, and
     one for the tags, whatever the number of works.
     """
-    counts: FacetCounts = {name: {} for name in (*(f.name for f in taxonomy.FACETS), TOPIC)}
+    counts: FacetCounts = {
+        name: {} for name in (*(f.name for f in taxonomy.FACETS), HAS_CODE, TOPIC)
+    }
     chosen = filterset.form.cleaned_data
-    open_facets = [f.name for f in taxonomy.SINGLE_FACETS if not chosen.get(f.name)]
+    singles = [*(f.name for f in taxonomy.SINGLE_FACETS), HAS_CODE]
+    open_facets = [name for name in singles if not chosen.get(name)]
     if open_facets:
-        combinations = filterset.qs.order_by().values_list(*open_facets).annotate(n=Count("pk"))
+        works = filterset.qs.order_by().annotate(**{HAS_CODE: HAS_CODE_VALUE})
+        combinations = works.values_list(*open_facets).annotate(n=Count("pk"))
         for *values, n in combinations:
             for name, value in zip(open_facets, values, strict=True):
                 counts[name][value] = counts[name].get(value, 0) + n
-    for facet in taxonomy.SINGLE_FACETS:
-        if facet.name not in open_facets:
-            rows = filterset.queryset_without(facet.name).order_by().values_list(facet.name)
-            counts[facet.name] = dict(rows.annotate(n=Count("pk")))
+    for name in singles:
+        if name not in open_facets:
+            works = filterset.queryset_without(name).order_by()
+            rows = works.annotate(**{HAS_CODE: HAS_CODE_VALUE}).values_list(name)
+            counts[name] = dict(rows.annotate(n=Count("pk")))
     tags = WorkTag.objects.all()
     if filterset.narrows:  # else every tag counts, and the index on (facet, value) suffices
         tags = tags.filter(work_id__in=filterset.qs.order_by().values("pk"))
@@ -182,6 +189,20 @@ def work_related(*, work: Work, limit: int = 5) -> list[Work]:
 
 def weight(name: str) -> int:
     return RELATED_WEIGHTS.get(name, 1)
+
+
+def work_authors(*, work: Work) -> list[WorkAuthor]:
+    """The work's authors in order, each with their identity (for links to their pages)."""
+    return list(work.author_links.select_related("author").order_by("position"))
+
+
+def author_list(*, search: str = "") -> QuerySet[Author]:
+    """Authors with their number of works, most works first; ``search`` matches any part
+    of the name, whatever its case, accents or hyphens."""
+    authors = Author.objects.annotate(works_count=Count("work_links"))
+    for word in name_key(search).split():
+        authors = authors.filter(key__contains=word)
+    return authors.order_by("-works_count", "name", "slug")
 
 
 @dataclass(frozen=True)

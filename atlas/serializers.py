@@ -100,6 +100,24 @@ class WorkSerializer(serializers.Serializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class AuthorSerializer(serializers.Serializer):
+    slug = serializers.SlugField(read_only=True)
+    name = serializers.CharField(read_only=True, help_text="The name the atlas shows.")
+    works_count = serializers.IntegerField(read_only=True)
+    page_url = serializers.SerializerMethodField(help_text="The author's page on the site.")
+    works_url = serializers.SerializerMethodField(help_text="Their works in the API.")
+
+    def get_page_url(self, author) -> str:
+        return self._absolute(author.get_absolute_url())
+
+    def get_works_url(self, author) -> str:
+        return self._absolute(f"{reverse('api:work-list')}?author={author.slug}")
+
+    def _absolute(self, path: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
 class WorkSlugField(serializers.SlugRelatedField):
     """A work by slug; what is not even a slug is refused before it reaches the database
     (PostgreSQL refuses NUL in text with an error, not with no match)."""

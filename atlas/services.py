@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from atlas import taxonomy
+from atlas.authors import authors_sync
 from atlas.exports import citation_key_base
 from atlas.models import TAG_FACETS, AtlasChange, FieldChange, Suggestion, Work, WorkTag
 from atlas.records import (
@@ -94,7 +95,8 @@ def atlas_change_record(
 ) -> AtlasChange:
     """Advance the data version: one ``AtlasChange`` with a snapshot of every work (what a
     pinned export serves) and a ``FieldChange`` per changed field of each (work, before,
-    after)."""
+    after); the authors follow the works' author lists."""
+    authors_sync()
     change = AtlasChange.objects.create(kind=kind, summary=summary[:500], snapshot=_snapshot())
     rows = [row for work, before, after in changes for row in _field_changes(work, before, after)]
     for row in rows:
@@ -176,6 +178,8 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
         atlas_change_record(
             kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
         )
+    else:
+        authors_sync()  # the curated aliases may have changed
     return report
 
 

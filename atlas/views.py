@@ -1,4 +1,4 @@
-"""Atlas pages: Explore, a work, Compare; picking works to compare; suggesting corrections.
+"""Atlas pages: Explore, a work, an author, Compare; picking works; suggesting corrections.
 
 Each view validates its input, calls one selector or service and renders. Pages are
 whole documents; htmx requests get the swapped region only (``template#partial``).
@@ -12,12 +12,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from atlas import citation, exports, selectors
-from atlas.explore import explore_page
+from atlas.explore import author_page, explore_page
 from atlas.filters import SlugListField
 from atlas.forms import SuggestionForm
-from atlas.models import Work
+from atlas.models import Author, Work
 from atlas.picks import picks_get, picks_set
-from atlas.records import SLUG_RE, RecordError
+from atlas.records import CORRECTABLE_FIELDS, SLUG_RE, RecordError
 from atlas.serializers import WorkSerializer
 from atlas.services import suggestion_submit
 from atlas.throttles import SuggestionThrottle
@@ -38,7 +38,16 @@ def explore(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def work_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     work = get_object_or_404(selectors.work_queryset(), slug=slug)
-    return _work_page(request, work, form=SuggestionForm())
+    field = request.GET.get("suggest")  # "Suggest them" links open the form on that field
+    initial = {"field": field} if field in CORRECTABLE_FIELDS else {}
+    return _work_page(request, work, form=SuggestionForm(initial=initial))
+
+
+@require_GET
+def author_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    author = get_object_or_404(Author, slug=slug)
+    context = {"page": author_page(author=author), "picks": picks_get(request.session)}
+    return render(request, "atlas/author.html", context)
 
 
 def _work_page(request: HtmxHttpRequest, work: Work, *, form, status: int = 200) -> HttpResponse:
@@ -50,6 +59,7 @@ def _work_page(request: HtmxHttpRequest, work: Work, *, form, status: int = 200)
         "citation_meta": citation.citation_meta(row),
         "json_ld": citation.json_ld_text(citation.scholarly_article(row)),
         "related": selectors.work_related(work=work),
+        "authors": selectors.work_authors(work=work),
         "picks": picks_get(request.session),
     }
     return render(request, "atlas/work.html", context, status=status)

@@ -25,10 +25,11 @@ from atlas import selectors, taxonomy
 from atlas.api.renderers import EXPORT_RENDERERS
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
-from atlas.filters import SlugListField, WorkFilter
-from atlas.models import Work
+from atlas.filters import SEARCH_MAX_LENGTH, SlugListField, WorkFilter
+from atlas.models import Author, Work
 from atlas.records import RecordError
 from atlas.serializers import (
+    AuthorSerializer,
     ChangeSerializer,
     ChangesSerializer,
     ComparisonSerializer,
@@ -86,6 +87,41 @@ class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
         if work is None:
             raise NotFound(f"No work with slug {slug!r}.")
         return work
+
+
+@extend_schema(responses={200: AuthorSerializer, **ERRORS})
+class AuthorViewSet(viewsets.ReadOnlyModelViewSet):
+    """Authors with their number of works, most works first; ``search`` finds them by any
+    part of the name (case, accents and hyphens ignored). A work list by author:
+    ``/api/v1/works/?author=<slug>`` (any of several)."""
+
+    serializer_class = AuthorSerializer
+    queryset = Author.objects.none()
+    filter_backends = [StrictFilterBackend]
+    extra_query_params = ("search",)
+    lookup_field = "slug"
+
+    def get_queryset(self) -> QuerySet[Author]:
+        search = self.request.query_params.get("search", "")
+        if len(search) > SEARCH_MAX_LENGTH:
+            raise ValidationError({"search": [f"at most {SEARCH_MAX_LENGTH} characters"]})
+        return selectors.author_list(search=search)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("search", OpenApiTypes.STR, description="Part of the name.")]
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        return super().list(request, *args, **kwargs)
+
+    @conditional(selectors.data_version)
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        self.filter_queryset(self.get_queryset())
+        author = selectors.author_list().filter(slug=self.kwargs["slug"]).first()
+        if author is None:
+            raise NotFound(f"No author with slug {self.kwargs['slug']!r}.")
+        return Response(self.get_serializer(author).data)
 
 
 class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):

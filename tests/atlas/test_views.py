@@ -140,7 +140,8 @@ def test_a_work_page_shows_every_field_bibtex_related_and_compare(client, small_
     for expected in [
         "Déjà View: Looping Transformers for Multi-View 3D Reconstruction",
         "May 2026",
-        "Alessandro Burzio, Laura Leal-Taixé et al.",
+        '<a href="/authors/alessandro-burzio/" rel="author">Alessandro Burzio</a>, '
+        '<a href="/authors/laura-leal-taixe/" rel="author">Laura Leal-Taixé</a> et al.',
         'href="https://arxiv.org/abs/2605.30215"',
         'href="https://github.com/nv-tlabs/dvlt"',
         "Universal / weight-tied stack",
