@@ -1,5 +1,7 @@
 """What reference managers read from a work page: Highwire ``citation_*`` meta tags
-(Google Scholar, Zotero's connector) and a schema.org ``ScholarlyArticle`` in JSON-LD.
+(Google Scholar, Zotero's connector) and a schema.org ``ScholarlyArticle`` in JSON-LD;
+and from a list of works, one COinS span per work (an OpenURL ContextObject that Zotero's
+connector offers to save, all of a page's at once).
 
 Both are built from the serialized work (``WorkSerializer`` row), like the exports, so
 the page and the files can never cite a work differently.
@@ -7,6 +9,7 @@ the page and the files can never cite a work differently.
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from atlas.exports import Row, cited_date, venue_kind
 
@@ -73,3 +76,28 @@ def scholarly_article(row: Row) -> dict[str, Any]:
 def json_ld_text(document: dict[str, Any]) -> str:
     """JSON safe inside a ``<script type="application/ld+json">`` element."""
     return json.dumps(document, ensure_ascii=False).translate(_JSON_IN_HTML)
+
+
+_COINS_GENRES = {"conference": "proceeding", "journal": "article", "preprint": "preprint"}
+
+
+def coins(row: Row) -> str:
+    """The ``title`` of a ``span.Z3988``: a KEV ContextObject (Z39.88-2004) with the same
+    title, authors, date and identifiers as the citation tags."""
+    kind = venue_kind(row["venue"])
+    pairs = [
+        ("ctx_ver", "Z39.88-2004"),
+        ("rft_val_fmt", "info:ofi/fmt:kev:mtx:journal"),
+        ("rft.genre", _COINS_GENRES.get(kind, "unknown")),
+        ("rft.atitle", row["title"]),
+    ]
+    pairs += [("rft.au", name) for name in row["authors"]]
+    pairs.append(("rft.date", _date(row, "-")))
+    if kind in _VENUE_TAGS:
+        pairs.append(("rft.jtitle", row["venue"]))
+    if row["arxiv_id"]:
+        pairs.append(("rft_id", f"info:arxiv/{row['arxiv_id']}"))
+    abstract = _abstract_url(row)
+    if abstract:
+        pairs.append(("rft_id", abstract))
+    return urlencode(pairs)

@@ -74,6 +74,12 @@ class Work(models.Model):
         help_text="Basis of facet values: {facet: {note, source[, conflict]}}; a facet "
         "without one rests on the summary.",
     )
+    short_names = models.JSONField(
+        default=list,
+        blank=True,
+        encoder=ReadableJSONEncoder,
+        help_text="Names other summaries use for the work (Ouro, Huginn…), curated.",
+    )
     citation_key = models.CharField(
         max_length=100, unique=True, help_text="Assigned once, so citations stay valid."
     )
@@ -189,6 +195,33 @@ class WorkAuthor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.work_id}#{self.position}: {self.name}"
+
+
+class RelatedWork(models.Model):
+    """One work related to another, with why; all rows are of one data version
+    (``atlas.related`` replaces them together)."""
+
+    class Kind(models.TextChoices):
+        MENTIONS = "mentions", "Builds on or discusses"
+        MENTIONED_BY = "mentioned_by", "Mentioned by"
+        SIMILAR = "similar", "Similar"
+
+    work = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="related_links")
+    other = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind)
+    rank = models.PositiveSmallIntegerField()
+    reason = models.JSONField(default=dict, encoder=ReadableJSONEncoder)
+    version = models.PositiveIntegerField(help_text="The data version it was computed for.")
+
+    class Meta:
+        ordering = ["work", "kind", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["work", "kind", "rank"], name="atlas_related_unique")
+        ]
+        indexes = [models.Index(fields=["version"])]
+
+    def __str__(self) -> str:
+        return f"{self.work_id} {self.kind} {self.other_id}"
 
 
 class AtlasChange(models.Model):

@@ -7,25 +7,30 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import (
-    Case,
     Count,
-    IntegerField,
     OuterRef,
     Q,
     QuerySet,
     StringAgg,
     Subquery,
-    Sum,
     TextField,
     Value,
-    When,
 )
-from django.db.models.functions import Coalesce, Concat
+from django.db.models.functions import Concat
 
 from atlas import taxonomy
 from atlas.authors import name_key
 from atlas.filters import HAS_CODE, HAS_CODE_VALUE, WorkFilter
-from atlas.models import TOPIC, AtlasChange, Author, FieldChange, Work, WorkAuthor, WorkTag
+from atlas.models import (
+    TOPIC,
+    AtlasChange,
+    Author,
+    FieldChange,
+    RelatedWork,
+    Work,
+    WorkAuthor,
+    WorkTag,
+)
 
 COMPARE_MAX = 3
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -149,46 +154,25 @@ def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
     return [TimelinePoint(*row) for row in rows]
 
 
-# Why these weights: the family is the atlas's main axis and a shared topic is specific,
-# while values such as "language" or "from-scratch" are shared by most works.
-RELATED_WEIGHTS = {"recurrence_family": 3, TOPIC: 2}
+@dataclass(frozen=True)
+class RelatedLists:
+    """A work's stored relations (``atlas.related``), each ``(other work, reason)``."""
+
+    mentions: list[tuple[Work, dict]]
+    mentioned_by: list[tuple[Work, dict]]
+    similar: list[tuple[Work, dict]]
 
 
-def work_related(*, work: Work, limit: int = 5) -> list[Work]:
-    """The works sharing the most (weighted) facet values and topics with ``work``, newest
-    first on ties; ``unspecified`` and ``none`` are not shared properties."""
-    shared = [
-        Case(
-            When(**{facet.name: getattr(work, facet.name)}, then=Value(weight(facet.name))),
-            default=Value(0),
-        )
-        for facet in taxonomy.SINGLE_FACETS
-        if getattr(work, facet.name) not in ("unspecified", "none")
-    ]
-    pairs = Q(pk__in=[])
-    for facet, value in work.tag_pairs():
-        pairs |= Q(facet=facet, value=value)
-    tag_weight = Case(When(facet=TOPIC, then=Value(weight(TOPIC))), default=Value(1))
-    shared_tags = (
-        WorkTag.objects.filter(pairs, work=OuterRef("pk"))
-        .order_by()
-        .values("work")
-        .annotate(score=Sum(tag_weight))
-        .values("score")
+def work_related(*, work: Work) -> RelatedLists:
+    """The relations stored for ``work``: two queries, whatever their number."""
+    links = list(
+        work.related_links.order_by("kind", "rank").values_list("other_id", "kind", "reason")
     )
-    score = sum(shared, Coalesce(Subquery(shared_tags, output_field=IntegerField()), 0))
-    related = (
-        work_queryset()
-        .exclude(pk=work.pk)
-        .annotate(score=score)
-        .filter(score__gt=0)
-        .order_by("-score", "-month", "position", "slug")
-    )
-    return list(related[:limit])
-
-
-def weight(name: str) -> int:
-    return RELATED_WEIGHTS.get(name, 1)
+    others = work_queryset().in_bulk([other for other, _, _ in links])
+    lists: dict[str, list[tuple[Work, dict]]] = {kind: [] for kind in RelatedWork.Kind.values}
+    for other, kind, reason in links:
+        lists[kind].append((others[other], reason))
+    return RelatedLists(**lists)
 
 
 def work_authors(*, work: Work) -> list[WorkAuthor]:

@@ -118,6 +118,31 @@ class AuthorSerializer(serializers.Serializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class RelatedItemSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    title = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM")
+    recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
+    page_url = serializers.CharField()
+    name = serializers.CharField(
+        required=False, help_text="Mentions: the short name the summary uses."
+    )
+    score = serializers.FloatField(required=False, help_text="Similar: cosine similarity.")
+    facets = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Similar: shared facet values."
+    )
+    terms = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Similar: strongest shared terms."
+    )
+
+
+@extend_schema_serializer(many=False)
+class RelatedSerializer(serializers.Serializer):
+    mentions = RelatedItemSerializer(many=True, help_text="Works its summary names.")
+    mentioned_by = RelatedItemSerializer(many=True, help_text="Works whose summaries name it.")
+    similar = RelatedItemSerializer(many=True, help_text="Nearest by text and facets.")
+
+
 class WorkSlugField(serializers.SlugRelatedField):
     """A work by slug; what is not even a slug is refused before it reaches the database
     (PostgreSQL refuses NUL in text with an error, not with no match)."""

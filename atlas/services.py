@@ -25,6 +25,7 @@ from atlas.records import (
     value_from_text,
     value_to_text,
 )
+from atlas.related import related_refresh
 
 # Record fields stored as Work columns (the rest are tags); "n" is stored as ``position``.
 COLUMNS: dict[str, str] = {
@@ -95,8 +96,10 @@ def atlas_change_record(
 ) -> AtlasChange:
     """Advance the data version: one ``AtlasChange`` with a snapshot of every work (what a
     pinned export serves) and a ``FieldChange`` per changed field of each (work, before,
-    after); the authors follow the works' author lists."""
+    after); the authors follow the works' author lists, and the related works are
+    recomputed once the change is committed (outside its transaction)."""
     authors_sync()
+    transaction.on_commit(related_refresh)
     change = AtlasChange.objects.create(kind=kind, summary=summary[:500], snapshot=_snapshot())
     rows = [row for work, before, after in changes for row in _field_changes(work, before, after)]
     for row in rows:
@@ -180,6 +183,7 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
         )
     else:
         authors_sync()  # the curated aliases may have changed
+        transaction.on_commit(related_refresh)  # a no-op when stored for this version
     return report
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -16,6 +17,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
@@ -26,7 +28,7 @@ from atlas.api.renderers import EXPORT_RENDERERS
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
 from atlas.filters import SEARCH_MAX_LENGTH, SlugListField, WorkFilter
-from atlas.models import Author, Work
+from atlas.models import Author, RelatedWork, Work
 from atlas.records import RecordError
 from atlas.serializers import (
     AuthorSerializer,
@@ -35,6 +37,7 @@ from atlas.serializers import (
     ComparisonSerializer,
     ExportDocumentSerializer,
     FacetsSerializer,
+    RelatedSerializer,
     SuggestionSerializer,
     TimelineSerializer,
     WorkSerializer,
@@ -80,6 +83,36 @@ class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
     @conditional(selectors.data_version)
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
         return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(responses={200: RelatedSerializer, 404: ERRORS[404]}, filters=False)
+    @action(detail=True, pagination_class=None, filter_backends=[])
+    @conditional(selectors.data_version)
+    def related(self, request: Request, slug: str) -> Response:
+        """Works it names, works that name it, and its nearest works, each with why."""
+        unknown = sorted(set(request.query_params) - {"format"})
+        if unknown:
+            raise ValidationError(
+                {name: ["unknown parameter; allowed: format"] for name in unknown}
+            )
+        lists = selectors.work_related(work=self.get_object())
+        page = reverse("atlas:work", kwargs={"slug": "x"}).removesuffix("x/")
+
+        def item(work: Work, reason: dict) -> dict:
+            return {
+                "slug": work.slug,
+                "title": work.title,
+                "month": f"{work.month:%Y-%m}",
+                "recurrence_family": work.recurrence_family,
+                "page_url": request.build_absolute_uri(f"{page}{work.slug}/"),
+                **reason,
+            }
+
+        return Response(
+            {
+                kind: [item(*pair) for pair in getattr(lists, kind)]
+                for kind in RelatedWork.Kind.values
+            }
+        )
 
     def get_object(self) -> Work:
         slug = self.kwargs["slug"]

@@ -3,6 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+import atlas.models
 import atlas.search
 from atlas.authors import aliases_load, rows_sync
 
@@ -103,6 +104,74 @@ class Migration(migrations.Migration):
                 "constraints": [
                     models.UniqueConstraint(
                         fields=("work", "position"), name="atlas_work_author_unique"
+                    )
+                ],
+            },
+        ),
+        migrations.AddField(
+            model_name="work",
+            name="short_names",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                encoder=atlas.models.ReadableJSONEncoder,
+                help_text="Names other summaries use for the work (Ouro, Huginn…), curated.",
+            ),
+        ),
+        migrations.CreateModel(
+            name="RelatedWork",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("mentions", "Builds on or discusses"),
+                            ("mentioned_by", "Mentioned by"),
+                            ("similar", "Similar"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("rank", models.PositiveSmallIntegerField()),
+                (
+                    "reason",
+                    models.JSONField(default=dict, encoder=atlas.models.ReadableJSONEncoder),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(help_text="The data version it was computed for."),
+                ),
+                (
+                    "other",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="atlas.work",
+                    ),
+                ),
+                (
+                    "work",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="related_links",
+                        to="atlas.work",
+                    ),
+                ),
+            ],
+            options={
+                "ordering": ["work", "kind", "rank"],
+                "indexes": [
+                    models.Index(fields=["version"], name="atlas_relat_version_f3dd69_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("work", "kind", "rank"), name="atlas_related_unique"
                     )
                 ],
             },

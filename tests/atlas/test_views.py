@@ -7,6 +7,7 @@ import pytest
 
 from atlas.explore import PAGE_SIZE
 from atlas.models import Suggestion, Work
+from atlas.related import related_refresh
 from tests.atlas.conftest import load_rows
 
 pytestmark = pytest.mark.django_db
@@ -136,6 +137,7 @@ def test_explore_needs_the_same_queries_for_few_and_many_works(
 
 
 def test_a_work_page_shows_every_field_bibtex_related_and_compare(client, small_atlas) -> None:
+    related_refresh()  # what the load's commit runs
     page = client.get("/works/deja-view-looping-transformers-3d/").content.decode()
     for expected in [
         "Déjà View: Looping Transformers for Multi-View 3D Reconstruction",
