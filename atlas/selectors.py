@@ -175,6 +175,39 @@ def work_related(*, work: Work) -> RelatedLists:
     return RelatedLists(**lists)
 
 
+MAP_MAX_POINTS = 1000
+
+
+@dataclass(frozen=True)
+class AtlasMap:
+    points: list[TimelinePoint]  # the works drawn
+    edges: list[tuple[str, str]]  # (slug, slug it mentions), both among the filtered works
+    mentioned: dict[str, int]  # slug: how many works' summaries mention it (whole atlas)
+    total: int  # works in the filter; more than drawn when only mentioned ones fit
+
+
+def atlas_map(*, queryset: QuerySet[Work]) -> AtlasMap:
+    """The mention graph of the filtered works: every work up to ``MAP_MAX_POINTS``, else
+    only those that mention or are mentioned. Three queries."""
+    mentions = RelatedWork.objects.filter(kind=RelatedWork.Kind.MENTIONS)
+    ids = queryset.order_by().values("pk")
+    edges = list(
+        mentions.filter(work__in=ids, other__in=ids).values_list("work__slug", "other__slug")
+    )
+    counts = mentions.order_by().values("other__slug").annotate(n=Count("pk"))
+    points = timeline_points(queryset=queryset)
+    total = len(points)
+    if total > MAP_MAX_POINTS:
+        linked = {slug for edge in edges for slug in edge}
+        points = [point for point in points if point.slug in linked]
+    return AtlasMap(
+        points=points,
+        edges=sorted(edges),
+        mentioned={row["other__slug"]: row["n"] for row in counts},
+        total=total,
+    )
+
+
 def work_authors(*, work: Work) -> list[WorkAuthor]:
     """The work's authors in order, each with their identity (for links to their pages)."""
     return list(work.author_links.select_related("author").order_by("position"))

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.explore, name="explore"),
     path("works/<slug:slug>/", views.work_detail, name="work"),
     path("works/<slug:slug>/suggest/", views.work_suggest, name="suggest"),
+    path("map/", views.atlas_map, name="map"),
     path("authors/<slug:slug>/", views.author_detail, name="author"),
     path("compare/", views.compare, name="compare"),
     path("compare/pick/", views.compare_pick, name="compare-pick"),

@@ -1,4 +1,4 @@
-"""Atlas pages: Explore, a work, an author, Compare; picking works; suggesting corrections.
+"""Atlas pages: Explore, a work, an author, the map, Compare; picking works; suggestions.
 
 Each view validates its input, calls one selector or service and renders. Pages are
 whole documents; htmx requests get the swapped region only (``template#partial``).
@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from atlas import citation, exports, selectors
+from atlas import charts, citation, exports, selectors
 from atlas.explore import author_page, explore_page
 from atlas.filters import SlugListField
 from atlas.forms import SuggestionForm
@@ -41,6 +41,17 @@ def work_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     field = request.GET.get("suggest")  # "Suggest them" links open the form on that field
     initial = {"field": field} if field in CORRECTABLE_FIELDS else {}
     return _work_page(request, work, form=SuggestionForm(initial=initial))
+
+
+@require_GET
+def atlas_map(request: HtmxHttpRequest) -> HttpResponse:
+    """The mention graph of the works Explore's parameters select."""
+    filterset = selectors.work_filter(params=request.GET)
+    if not filterset.is_valid():
+        return render(request, "atlas/map.html", {"filterset": filterset}, status=400)
+    found = selectors.atlas_map(queryset=filterset.qs)
+    context = {"filterset": filterset, "map": found, "figure": charts.mention_map(found)}
+    return render(request, "atlas/map.html", context)
 
 
 @require_GET
