@@ -128,25 +128,38 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
     )
 
 
+TRUNCATED_SHOWN = 50
+
+
 @dataclass(frozen=True)
 class AuthorPage:
     author: Author
-    works: list[Work]
+    page: Page  # of their works, newest first
     panels: list[FacetPanel]
-    truncated: list[Work]  # other works whose author lists end in "et al."
+    truncated: list[Work]  # up to TRUNCATED_SHOWN works with "et al." lists, not theirs
+    truncated_total: int
+
+    @property
+    def total(self) -> int:
+        return self.page.paginator.count
 
 
-def author_page(*, author: Author) -> AuthorPage:
-    """The author's works newest first, their facet counts, and the works whose truncated
-    author lists may hide more works by them."""
+def author_page(*, author: Author, page: str | None = None) -> AuthorPage:
+    """A page of the author's works newest first, the facet counts of all of them, and
+    the works whose truncated author lists may hide more works by them."""
     filterset = work_filter(params=QueryDict(f"author={author.slug}"))
     filterset.is_valid()
-    works = list(filterset.qs)
+    works = Paginator(filterset.qs, PAGE_SIZE).get_page(page)
     panels = facet_panels(filterset, facet_counts(filterset=filterset))
-    truncated = work_filter(params=QueryDict()).qs.filter(authors_et_al=True)
+    truncated = (
+        work_filter(params=QueryDict())
+        .qs.filter(authors_et_al=True)
+        .exclude(pk__in=filterset.qs.order_by().values("pk"))
+    )
     return AuthorPage(
         author=author,
-        works=works,
+        page=works,
         panels=panels,
-        truncated=list(truncated.exclude(pk__in=[work.pk for work in works])),
+        truncated=list(truncated[:TRUNCATED_SHOWN]),
+        truncated_total=truncated.count(),
     )

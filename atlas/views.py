@@ -57,7 +57,8 @@ def atlas_map(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def author_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     author = get_object_or_404(Author, slug=slug)
-    context = {"page": author_page(author=author), "picks": picks_get(request.session)}
+    page = author_page(author=author, page=request.GET.get("page"))
+    context = {"page": page, "picks": picks_get(request.session)}
     return render(request, "atlas/author.html", context)
 
 

@@ -7,10 +7,10 @@ import pytest
 
 from atlas.authors import aliases_load, author_identities, authors_sync, name_key
 from atlas.datafile import DEFAULT_PATH, records_from_file
-from atlas.models import Author, WorkAuthor
+from atlas.models import Author, Work, WorkAuthor
 from atlas.records import record_from_row
 from atlas.services import atlas_load
-from tests.atlas.conftest import make_row
+from tests.atlas.conftest import load_rows, make_row
 
 WORK_LINK = re.compile(r'<h3><a href="/works/([a-z0-9-]+)/">')
 
@@ -147,3 +147,17 @@ def test_authors_follow_each_change_and_the_alias_file(tmp_path) -> None:
     # then they are one author, shown by the curated name, with both places in the list
     assert list(Author.objects.values_list("slug", "name")) == [("bo-li", "Bo Li")]
     assert list(links.all()) == ["bo-li", "bo-li"]
+
+
+@pytest.mark.django_db
+def test_an_author_page_is_paged_newest_first(client) -> None:
+    # given 30 works by one author
+    load_rows(30, authors=["Ana Pérez"])
+    # when
+    first = WORK_LINK.findall(client.get("/authors/ana-perez/").content.decode())
+    second = WORK_LINK.findall(client.get("/authors/ana-perez/?page=2").content.decode())
+    # then 25 and 5, together every work once, newest first
+    assert (len(first), len(second)) == (25, 5)
+    slugs = first + second
+    months = dict(Work.objects.values_list("slug", "month"))
+    assert len(set(slugs)) == 30 and [months[s] for s in slugs] == sorted(months.values())[::-1]
