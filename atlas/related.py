@@ -7,7 +7,7 @@ Two kinds of relation, each with its reason:
   second is "mentioned by" the first. Names match as whole words, case and all.
 - *Similar*: the nearest works by TF-IDF of title and summary together with the shared
   facet values, by cosine similarity (scikit-learn): ``SIMILAR_TEXT_WEIGHT`` of the score
-  is the text's, the rest the facets'. Each comes with the facet values the two share and
+  is the text's cosine, the rest the facets'. Each comes with the facet values the two share and
   the terms that weigh most in both.
 
 ``related_compute`` is pure and deterministic for the same works (ties go to the older
@@ -32,6 +32,9 @@ from atlas import taxonomy
 SIMILAR_COUNT = 5
 SIMILAR_TEXT_WEIGHT = 0.6
 SHARED_TERMS = 3
+# Terms in more than this share of the works (looped, model, depth…) tell them apart
+# least and cost the most to compare: they are left out.
+MAX_DOCUMENT_FREQUENCY = 0.2
 _CHUNK = 512  # rows of the similarity matrix held densely at once: (512, works) float32
 _NOT_SHARED = frozenset({"unspecified", "none"})  # absences, not properties two works share
 
@@ -110,46 +113,72 @@ def similar_find(works: Sequence[WorkText], *, count: int = SIMILAR_COUNT) -> li
     the strongest shared terms as the reason."""
     if len(works) < 2:
         return []
-    vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, dtype=np.float32)
-    text = vectorizer.fit_transform([f"{work.title}. {work.summary}" for work in works])
+    vectorizer = TfidfVectorizer(
+        stop_words="english", sublinear_tf=True, max_df=MAX_DOCUMENT_FREQUENCY, dtype=np.float32
+    )
+    text = vectorizer.fit_transform([f"{work.title}. {work.summary}" for work in works]).tocsr()
     terms = vectorizer.get_feature_names_out()
     facets, pairs = _facet_matrix(works)
-    both = sparse.hstack(
-        [text * np.sqrt(SIMILAR_TEXT_WEIGHT), facets * np.sqrt(1 - SIMILAR_TEXT_WEIGHT)]
-    ).tocsr()
-    text, facets = text.tocsr(), facets.tocsr()
+    text_t = (text * SIMILAR_TEXT_WEIGHT).T.tocsr()
+    dense_facets = facets.toarray()  # (works, facet values): a few dozen columns
+    dense_facets_t = dense_facets.T * np.float32(1 - SIMILAR_TEXT_WEIGHT)
+    why = _Reasons(text, terms, facets, pairs)
     relations = []
     for start in range(0, len(works), _CHUNK):
-        scores = (both[start : start + _CHUNK] @ both.T).toarray()  # (chunk, works)
-        for offset, row in enumerate(scores):
-            index = start + offset
-            row[index] = -1.0  # never itself
-            # highest score first; on a tie the earlier work in the given order
-            nearest = np.lexsort((np.arange(len(row)), -row))[:count]
-            for rank, other in enumerate((o for o in nearest if row[o] > 0), start=1):
-                reason = _why(index, int(other), text, facets, terms, pairs)
-                reason["score"] = round(float(row[other]), 4)
-                relations.append(
-                    Relation(works[index].pk, works[other].pk, "similar", rank, reason)
-                )
+        chunk = slice(start, start + _CHUNK)
+        scores = (text[chunk] @ text_t).toarray()  # (chunk, works)
+        scores += dense_facets[chunk] @ dense_facets_t
+        rows = np.arange(scores.shape[0])
+        scores[rows, rows + start] = -1.0  # never itself
+        for offset, index in enumerate(_nearest(scores, count)):
+            a = start + offset
+            for rank, b in enumerate(index, start=1):
+                reason = why(a, int(b))
+                reason["score"] = round(float(scores[offset, b]), 4)
+                relations.append(Relation(works[a].pk, works[b].pk, "similar", rank, reason))
     return relations
 
 
-def _why(
-    a: int,
-    b: int,
-    text: sparse.csr_matrix,
-    facets: sparse.csr_matrix,
-    terms: np.ndarray,
-    pairs: list[tuple[str, str]],
-) -> dict[str, Any]:
-    shared = text[a].multiply(text[b]).tocoo()
-    strongest = sorted(zip(-shared.data, terms[shared.col], strict=True))[:SHARED_TERMS]
-    common = facets[a].multiply(facets[b]).tocoo().col
-    return {
-        "facets": [_label(*pairs[column]) for column in sorted(common)],
-        "terms": [str(term) for _, term in strongest],
-    }
+def _nearest(scores: np.ndarray, count: int) -> list[np.ndarray]:
+    """Per row of ``scores`` (chunk, works): the columns of the ``count`` highest positive
+    scores, highest first, a tie going to the lower column (the earlier work)."""
+    count = min(count, scores.shape[1] - 1)
+    kth = -np.partition(-scores, count - 1, axis=1)[:, count - 1]  # each row's count-th best
+    nearest = []
+    for row, threshold in zip(scores, kth, strict=True):
+        candidates = np.flatnonzero((row >= threshold) & (row > 0))  # ascending columns
+        order = np.argsort(-row[candidates], kind="stable")[:count]
+        nearest.append(candidates[order])
+    return nearest
+
+
+def _rows(matrix: sparse.csr_matrix) -> list[dict[int, float]]:
+    """Each CSR row as {column: value} (set operations on these beat array ones here)."""
+    cols, values, ptr = matrix.indices.tolist(), matrix.data.tolist(), matrix.indptr.tolist()
+    return [
+        dict(zip(cols[a:b], values[a:b], strict=True)) for a, b in zip(ptr, ptr[1:], strict=False)
+    ]
+
+
+class _Reasons:
+    """Why two works are similar: the facet values they share, their strongest shared terms."""
+
+    def __init__(
+        self, text: sparse.csr_matrix, terms: np.ndarray, facets: sparse.csr_matrix, pairs: list
+    ) -> None:
+        self.text = _rows(text)
+        self.terms = terms.tolist()
+        self.facets = [sorted(row) for row in _rows(facets)]
+        self.labels = [_label(*pair) for pair in pairs]
+
+    def __call__(self, a: int, b: int) -> dict[str, Any]:
+        text_a, text_b = self.text[a], self.text[b]
+        shared = sorted((-text_a[t] * text_b[t], self.terms[t]) for t in text_a.keys() & text_b)
+        common = set(self.facets[b])
+        return {
+            "facets": [self.labels[c] for c in self.facets[a] if c in common],
+            "terms": [term for _, term in shared[:SHARED_TERMS]],
+        }
 
 
 def _label(facet: str, value: str) -> str:
