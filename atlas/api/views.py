@@ -4,11 +4,12 @@ Every read takes the Explore parameters through the one ``WorkFilter`` and answe
 conditional requests; the registry of routes is ``loopatlas/api/urls.py``.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.http import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -22,9 +23,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas import selectors, taxonomy
-from atlas.api.renderers import EXPORT_RENDERERS
+from atlas.api.renderers import EXPORT_RENDERERS, ExportRenderer
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
+from atlas.exportstore import file_response, stored_export
 from atlas.filters import SlugListField, WorkFilter
 from atlas.models import Work
 from atlas.records import RecordError
@@ -197,17 +199,39 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
         responses=EXPORT_RESPONSES | {400: ERRORS[400]},
     )
     @conditional(selectors.data_version)
-    def list(self, request: Request) -> Response:
+    def list(self, request: Request) -> HttpResponseBase:
         works = self.filter_queryset(self.get_queryset())
-        rows = list(WorkSerializer(works, many=True, context={"request": request}).data)
-        return _export_response(request, rows, self.content_version.label)
+        version = self.content_version
+
+        def rows() -> list[dict[str, Any]]:
+            return list(WorkSerializer(works, many=True, context={"request": request}).data)
+
+        if set(request.query_params) <= {"format"}:  # the whole atlas: stored per version
+            return _stored_export(request, version, rows)
+        return _export_response(request, rows(), version.label)
 
 
 def _export_response(request: Request, rows: Sequence[dict[str, Any]], version: str) -> Response:
+    return Response({"version": version, "rows": rows}, headers=_export_headers(request, version))
+
+
+def _export_headers(request: Request, version: str) -> dict[str, str]:
     fmt = EXPORT_FORMATS[request.accepted_renderer.format]
     disposition = f'attachment; filename="{export_filename(fmt, version)}"'
-    headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
-    return Response({"version": version, "rows": rows}, headers=headers)
+    return {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
+
+
+def _stored_export(
+    request: Request, version: selectors.DataVersion, rows: Callable[[], Sequence[dict[str, Any]]]
+) -> HttpResponseBase:
+    """The whole atlas of ``version`` in the negotiated format, from the export store:
+    the same bytes the renderer makes, made once."""
+    renderer: ExportRenderer = request.accepted_renderer  # type: ignore[assignment]
+    key = f"{version.tag}|{request.build_absolute_uri('/')}|{renderer.format}"
+    path = stored_export(key, lambda: renderer.render({"version": version.label, "rows": rows()}))
+    content_type = f"{renderer.media_type}; charset={renderer.charset}"
+    headers = _export_headers(request, version.label)
+    return file_response(path, content_type=content_type, headers=headers)
 
 
 class PinnedExportViewSet(viewsets.GenericViewSet):
@@ -236,19 +260,22 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
             )
         ],
     )
-    def retrieve(self, request: Request, version: str) -> Response:
+    def retrieve(self, request: Request, version: str) -> HttpResponseBase:
         self.filter_queryset(self.get_queryset())  # refuses unknown parameters
         try:
             pinned = selectors.data_version_find(version)
         except selectors.UnknownVersion as exc:
             raise NotFound(str(exc)) from exc
-        fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
-        rows = [
-            {name: row[name] for name in fields}
-            | {"page_url": request.build_absolute_uri(row["page_url"])}
-            for row in selectors.version_rows(pinned)
-        ]
-        return _export_response(request, rows, pinned.label)
+
+        def rows() -> list[dict[str, Any]]:
+            fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
+            return [
+                {name: row[name] for name in fields}
+                | {"page_url": request.build_absolute_uri(row["page_url"])}
+                for row in selectors.version_rows(pinned)
+            ]
+
+        return _stored_export(request, pinned, rows)
 
 
 def _version(request: Request, name: str) -> selectors.DataVersion:

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpResponse, HttpResponseBase, QueryDict
+from django.template.response import SimpleTemplateResponse
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date
 from django_filters.rest_framework import DjangoFilterBackend
@@ -183,7 +184,8 @@ def conditional(version: Callable[[], ContentVersion]):
 
 
 def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResponseBase:
-    """The action's rendered answer, from the cache when it holds one."""
+    """The action's rendered answer, from the cache when it holds one (an answer sent from
+    a stored file, as a whole-atlas export, is not copied into the cache)."""
     seconds = settings.API_CACHE_SECONDS
     if not seconds:
         return action(view, request, *args, **kwargs)
@@ -192,7 +194,7 @@ def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResp
         content, headers = cached
         return HttpResponse(content, headers=headers)
     response = action(view, request, *args, **kwargs)
-    if response.status_code == 200:
+    if isinstance(response, SimpleTemplateResponse) and response.status_code == 200:
         response = view.finalize_response(request, response, *args, **kwargs)
         response.render()
         cache.set(key, (response.content, dict(response.items())), seconds)
