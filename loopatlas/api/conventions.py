@@ -15,11 +15,10 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse, HttpResponseBase, QueryDict
+from django.http import HttpResponse, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date
@@ -30,6 +29,8 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from loopatlas.querystring import query_normalised
 
 MAX_PAGE_SIZE = 200
 READ_MAX_AGE_SECONDS = 60  # how long shared caches may keep a read before revalidating
@@ -136,16 +137,6 @@ class ContentVersion(Protocol):
 
     @property
     def at(self) -> datetime: ...
-
-
-def query_normalised(query: QueryDict) -> str:
-    """The query string with its parameters sorted and repeated ones given once.
-
-    Every parameter is a filter combined with *and* or a set of values, so neither the
-    order nor repeats change the answer.
-    """
-    pairs = {(name, value) for name, values in query.lists() for value in values}
-    return urlencode(sorted(pairs))
 
 
 def conditional(version: Callable[[], ContentVersion]):

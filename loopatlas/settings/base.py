@@ -222,6 +222,8 @@ REST_FRAMEWORK = {
 # Reads keep their data in the cache under their ETag (which names the data version),
 # so nothing cached goes stale; this only bounds how long unused entries stay.
 API_CACHE_SECONDS = env_int("API_CACHE_SECONDS", 3600)
+# Explore's aggregates per data version and search (atlas/explore.py); same reasoning.
+EXPLORE_CACHE_SECONDS = env_int("EXPLORE_CACHE_SECONDS", 3600)
 # Whole-atlas exports, written once per data version (atlas/exportstore.py).
 EXPORT_STORE_DIR = Path(env_str("EXPORT_STORE_DIR", str(VAR_DIR / "exports")))
 EXPORT_STORE_FILES = env_int("EXPORT_STORE_FILES", 64)
