@@ -48,6 +48,8 @@ class ExplorePage:
     panels: list[FacetPanel]
     page: Page | None = None
     figure: dict | None = None
+    cache_key: str = ""  # the data version and the search: what the fragments depend on
+    cache_seconds: int = 0
 
     @property
     def total(self) -> int:
@@ -116,24 +118,27 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
 
     The aggregates (counts per facet value, the timeline, the total) cost the most at
     scale and depend only on the data version and the filters, so they are cached under
-    both: nothing cached can go stale. The page of results is read each time.
+    both (``cache_key``, which the template's fragments of them use too): nothing cached
+    can go stale. The page of results is read each time.
     """
     filterset = work_filter(params=params)
     if not filterset.is_valid():
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
     kept = params.copy()
     kept.pop("page", None)  # every page of a search shares its aggregates
-    key = f"explore:{data_version().tag}:{query_normalised(kept)}"
-    summary: ExploreSummary | None = cache.get(key)
+    key = f"{data_version().tag}:{query_normalised(kept)}"
+    summary: ExploreSummary | None = cache.get(f"explore:{key}")
     if summary is None:
         summary = _summary(filterset, params)
-        cache.set(key, summary, settings.EXPLORE_CACHE_SECONDS)
+        cache.set(f"explore:{key}", summary, settings.EXPLORE_CACHE_SECONDS)
     page = CountedPaginator(filterset.qs, PAGE_SIZE, count=summary.total)
     return ExplorePage(
         filterset=filterset,
         panels=facet_panels(filterset, summary.counts),
         page=page.get_page(params.get("page")),
         figure=summary.figure,
+        cache_key=key,
+        cache_seconds=settings.EXPLORE_CACHE_SECONDS,
     )
 
 

@@ -152,9 +152,18 @@ def test_explore_counts_the_data_of_now_after_a_reviewed_change(client, small_at
         rationale="It says so.",
     )
     suggestion_approve(suggestion=suggestion, reviewer=curator)
-    # then the same search counts one more work
+    # then the same search lists one more work, and its facet panel counts it
     after = client.get("/?kv_strategy=no-kv")
     assert len(_slugs(after)) == len(_slugs(before)) + 1
+    assert _no_kv_count(after) == _no_kv_count(before) + 1
+
+
+def _no_kv_count(response) -> int:
+    option = re.search(
+        r'value="no-kv" checked>\s*No KV <span class="n">(\d+)</span>', response.text
+    )
+    assert option, "the KV panel shows no count for no-kv"
+    return int(option[1])
 
 
 def test_a_work_page_shows_every_field_bibtex_related_and_compare(client, small_atlas) -> None:
