@@ -1,5 +1,6 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -87,13 +88,17 @@ class WorkSerializer(serializers.Serializer):
     page_url = serializers.SerializerMethodField(help_text="The work's page on the site.")
 
     def to_representation(self, instance: Work) -> dict[str, Any]:
-        """DRF's answer, field for field, from readers built once per serializer (a list
-        shares its child): the per-field machinery cost more than the page's query."""
+        """DRF's answer, field for field, from readers built once per process: DRF's
+        per-field machinery (and its copy of every field per serializer) cost more than
+        the page's query."""
         return {name: read(instance) for name, read in self._readers}
 
     @cached_property
     def _readers(self) -> list[tuple[str, Callable[[Any], Any]]]:
-        return [(str(field.field_name), _reader(field)) for field in self._readable_fields]
+        return [
+            (name, getattr(self, read) if isinstance(read, str) else read)
+            for name, read in _work_readers()
+        ]
 
     def get_month_label(self, work: Work) -> str:
         return month_label(f"{work.month:%Y-%m}", work.month_estimated)
@@ -120,24 +125,31 @@ _PLAIN = (
 )
 
 
-def _reader(field: serializers.Field) -> Callable[[Any], Any]:
+@functools.cache
+def _work_readers() -> list[tuple[str, str | Callable[[Any], Any]]]:
+    """Each field of a work and how to read it: a method name for a method field (bound
+    per serializer, which holds the request), else a reader of the work."""
+    return [(str(field.field_name), _reader(field)) for field in WorkSerializer()._readable_fields]
+
+
+def _reader(field: serializers.Field) -> str | Callable[[Any], Any]:
     """``field``'s representation of a work, as ``Serializer.to_representation`` gives it."""
     if isinstance(field, serializers.SerializerMethodField):
-        return getattr(field.parent, field.method_name)
-    if len(field.source_attrs) == 1:
-        name = field.source_attrs[0]
-        if isinstance(field, OptionalCharField | OptionalChoiceField):
-            return lambda work: getattr(work, name) or None
-        if type(field) in _PLAIN:
-            return lambda work: getattr(work, name)
-        if isinstance(field, serializers.ListField) and type(field.child) in _PLAIN:
-            return lambda work: None if (v := getattr(work, name)) is None else list(v)
+        return field.method_name
+    if len(field.source_attrs) != 1:
+        return lambda work: _general(field, field.get_attribute(work))
+    name = field.source_attrs[0]
+    if isinstance(field, OptionalCharField | OptionalChoiceField):
+        return lambda work: getattr(work, name) or None
+    if type(field) in _PLAIN:
+        return lambda work: getattr(work, name)
+    if isinstance(field, serializers.ListField) and type(field.child) in _PLAIN:
+        return lambda work: None if (v := getattr(work, name)) is None else list(v)
+    return lambda work: _general(field, getattr(work, name))
 
-    def general(work: Any) -> Any:
-        value = field.get_attribute(work)
-        return None if value is None else field.to_representation(value)
 
-    return general
+def _general(field: serializers.Field, value: Any) -> Any:
+    return None if value is None else field.to_representation(value)
 
 
 class WorkSlugField(serializers.SlugRelatedField):
