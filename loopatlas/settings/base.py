@@ -209,6 +209,7 @@ REST_FRAMEWORK = {
     # Anonymous writes and heavy exports are limited per address; reads are not.
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
+        "proposals": env_str("THROTTLE_PROPOSALS", "5/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
         "admin_login": env_str("THROTTLE_ADMIN_LOGIN", "10/hour"),
         "playground_submits": env_str("PLAYGROUND_VISITOR_SUBMITS", "12/minute"),

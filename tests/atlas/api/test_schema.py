@@ -5,10 +5,11 @@ test database, with every check (``--checks all`` in the CLI), positive data acc
 included: a request the schema allows must not be refused as invalid. The topics and work
 slugs it allows come from the database (``atlas/api/schema.py``), so it is loaded per test.
 
-Two writes and one read are left out of positive acceptance only, because the schema
+Three writes and one read are left out of positive acceptance only, because the schema
 cannot state their rules yet: a suggestion's value depends on the field it corrects (a
-month, a URL, a vocabulary), a run's loops depend on the model chosen (its trained
-loops), and runs compare only when they exist and share a prompt and a model.
+month, a URL, a vocabulary), a proposal's facets must satisfy the taxonomy's rules
+together (and a duplicate is a 409), a run's loops depend on the model chosen (its
+trained loops), and runs compare only when they exist and share a prompt and a model.
 """
 
 import re
@@ -26,6 +27,7 @@ from atlas.models import Work
 
 FIELD_DEPENDENT = {
     ("POST", "/api/v1/suggestions/"),
+    ("POST", "/api/v1/proposals/"),
     ("POST", "/api/v1/runs/"),
     ("GET", "/api/v1/runs/compare/"),
 }
