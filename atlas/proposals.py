@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
 }
 MAX_ITEMS = {"authors": 100, "topics": 20}
 SLUG_MAX_LENGTH = 60  # as the data file's slugs (atlas/data/README.md)
+RESERVED_SLUGS = frozenset({"propose"})  # /works/propose/ is the form, not a work
 
 
 class ProposalInvalid(ValueError):
@@ -176,7 +177,7 @@ def work_slug(title: str, taken: set[str]) -> str:
     if len(base) > SLUG_MAX_LENGTH:
         base = base[:SLUG_MAX_LENGTH].rsplit("-", 1)[0] or base[:SLUG_MAX_LENGTH]
     slug, n = base, 1
-    while slug in taken:
+    while slug in taken or slug in RESERVED_SLUGS:
         n += 1
         slug = f"{base}-{n}"
     return slug

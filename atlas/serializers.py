@@ -312,8 +312,8 @@ class ProposalSerializer(serializers.Serializer):
     reason = serializers.CharField(
         source="review_note", read_only=True, help_text="The curator's public reason."
     )
-    work: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True, allow_null=True, help_text="The work it became."
+    work = serializers.SlugField(
+        source="work.slug", read_only=True, allow_null=True, help_text="The work it became."
     )
     work_url = serializers.SerializerMethodField()
 

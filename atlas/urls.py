@@ -5,8 +5,10 @@ from atlas import views
 app_name = "atlas"
 urlpatterns = [
     path("", views.explore, name="explore"),
+    path("works/propose/", views.work_propose, name="propose"),  # before the slugs
     path("works/<slug:slug>/", views.work_detail, name="work"),
     path("works/<slug:slug>/suggest/", views.work_suggest, name="suggest"),
     path("compare/", views.compare, name="compare"),
     path("compare/pick/", views.compare_pick, name="compare-pick"),
+    path("intake/", views.intake, name="intake"),
 ]

@@ -357,7 +357,7 @@ class ProposalViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.G
         data = ProposalSerializer(proposal, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={200: ProposalSerializer(many=True), 400: ERRORS[400]})
+    @extend_schema(responses={200: ProposalSerializer(many=True), **ERRORS})
     def list(self, request: Request, *args, **kwargs) -> Response:
         return super().list(request, *args, **kwargs)
 
