@@ -1,6 +1,6 @@
 from django.urls import path
 
-from atlas import views
+from atlas import feeds, views
 
 app_name = "atlas"
 urlpatterns = [
@@ -11,4 +11,6 @@ urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("compare/pick/", views.compare_pick, name="compare-pick"),
     path("intake/", views.intake, name="intake"),
+    path("feeds/works.atom", feeds.works_feed, name="feed-works"),
+    path("feeds/changes.atom", feeds.changes_feed, name="feed-changes"),
 ]

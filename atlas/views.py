@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from atlas import citation, exports, selectors
 from atlas.explore import explore_page
+from atlas.feeds import feed_query
 from atlas.filters import ProposalFilter, SlugListField
 from atlas.forms import ProposalForm, SuggestionForm
 from atlas.models import Proposal, Work
@@ -36,7 +37,11 @@ INTAKE_PAGE_SIZE = 50
 def explore(request: HtmxHttpRequest) -> HttpResponse:
     page = explore_page(params=request.GET)
     template = "atlas/explore.html#explore" if request.htmx else "atlas/explore.html"
-    context = {"explore": page, "picks": picks_get(request.session)}
+    context = {
+        "explore": page,
+        "picks": picks_get(request.session),
+        "feed_query": feed_query(request.GET),
+    }
     return render(request, template, context, status=200 if page.filterset.is_valid() else 400)
 
 
