@@ -137,6 +137,7 @@ class ProposalAdmin(admin.ModelAdmin):
 
     change_form_template = "admin/atlas/proposal/change_form.html"
     list_display = ["id", "title", "arxiv_id", "status", "created_at", "reviewed_at"]
+    list_display_links = ["id", "title"]
     list_filter = ["status"]
     search_fields = ["title", "arxiv_id", "url", "summary"]
     readonly_fields = [
