@@ -235,7 +235,11 @@ SPECTACULAR_SETTINGS = {
     # Request bodies get components of their own, so they state what a write requires
     # (a non-blank prompt: minLength 1) apart from what a read returns.
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"ProposalStatusEnum": "atlas.models.Proposal.Status"},
+    # Two models have a "status": each enum keeps a name of its own (runs' the one it had).
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "playground.models.Run.Status",
+        "ProposalStatusEnum": "atlas.models.Proposal.Status",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "atlas.api.schema.schema_atlas_bounds",  # vocabularies and slugs from the database
