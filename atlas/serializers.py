@@ -234,7 +234,7 @@ class ExportDocumentSerializer(serializers.Serializer):
     works = WorkSerializer(many=True)
 
 
-class ProposalRequestSerializer(serializers.Serializer):
+class NewWorkSerializer(serializers.Serializer):
     """A proposed work, as the API takes it (the schema's statement of the body; the
     checks are ``atlas.proposals.proposal_check``, the data file's own)."""
 

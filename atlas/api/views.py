@@ -36,8 +36,8 @@ from atlas.serializers import (
     ComparisonSerializer,
     ExportDocumentSerializer,
     FacetsSerializer,
+    NewWorkSerializer,
     ProposalConflictSerializer,
-    ProposalRequestSerializer,
     ProposalSerializer,
     SuggestionSerializer,
     TimelineSerializer,
@@ -230,7 +230,7 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
     lookup_value_regex = r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 
     @extend_schema(
-        responses=EXPORT_RESPONSES | {404: ERRORS[404]},
+        responses=EXPORT_RESPONSES | ERRORS,
         parameters=[
             OpenApiParameter(
                 "version",
@@ -339,7 +339,7 @@ class ProposalViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.G
         return [ProposalThrottle()] if self.action == "create" else []
 
     @extend_schema(
-        request=ProposalRequestSerializer,
+        request=NewWorkSerializer,
         responses={
             201: ProposalSerializer,
             400: OpenApiResponse(description="A field breaks its rules; the body names each."),
