@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from atlas import proposals, records, services
-from atlas.duplicates import matches
+from atlas.duplicates import POSSIBLE_DUPLICATE_RATIO, matches
 from atlas.models import AtlasChange, FieldChange, Proposal, Suggestion, Work, WorkTag
 
 
@@ -126,9 +126,6 @@ class SuggestionAdmin(admin.ModelAdmin):
             self.message_user(request, f"{done} suggestion(s) {verb}.", messages.SUCCESS)
 
 
-POSSIBLE_DUPLICATE_RATIO = 75.0  # looser than the refusal: what a curator should look at
-
-
 @admin.register(Proposal)
 class ProposalAdmin(admin.ModelAdmin):
     """The intake queue: a curator sees a proposal beside its possible duplicates, may edit
@@ -165,6 +162,7 @@ class ProposalAdmin(admin.ModelAdmin):
             arxiv_id=proposal.arxiv_id,
             candidates=candidates,
             ratio=POSSIBLE_DUPLICATE_RATIO,
+            main_titles=True,
         )
         if not found:
             return "None found."

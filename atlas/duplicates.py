@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from rapidfuzz.distance import Indel
 
 NEAR_TITLE_RATIO = 92.0
+POSSIBLE_DUPLICATE_RATIO = 75.0  # looser: what the admin shows a curator beside a proposal
 # Whole words that are numbers: digits, or roman numerals up to xxxix ("Part IV").
 _NUMBER_RE = re.compile(r"^(?:[0-9]+|x{0,3}(?:ix|iv|v?i{0,3}))$")
 _VERSION_RE = re.compile(r"v[0-9]+$")
@@ -68,12 +69,24 @@ class Match:
         return f"{self.reason}: {what}{self.candidate.ident} “{self.candidate.title}”"
 
 
+def _main_title_key(title: str) -> str:
+    return title_key(title.split(":", 1)[0])
+
+
 def matches(
-    *, title: str, arxiv_id: str, candidates: list[Candidate], ratio: float = NEAR_TITLE_RATIO
+    *,
+    title: str,
+    arxiv_id: str,
+    candidates: list[Candidate],
+    ratio: float = NEAR_TITLE_RATIO,
+    main_titles: bool = False,
 ) -> list[Match]:
     """The candidates that name the same work, best reason first (same arXiv id, same
-    title, near title); with a lower ``ratio``, what a curator should look at."""
+    title, near title). What a curator should look at is wider: a lower ``ratio``, and
+    with ``main_titles`` the same title before the colon ("Universal Transformers" and
+    "Universal Transformers: …"), which a proposer who drops the subtitle would type."""
     key, arxiv = title_key(title), arxiv_key(arxiv_id)
+    main = _main_title_key(title)
     found: list[tuple[int, float, Match]] = []
     for candidate in candidates:
         other = title_key(candidate.title)
@@ -82,6 +95,9 @@ def matches(
         elif other == key:
             found.append((1, 100.0, Match(candidate, "same title")))
         elif (similarity := title_similarity(key, other)) >= ratio:
-            reason = f"near-identical title ({similarity:.0f}% alike)"
+            alike = "near-identical" if similarity >= NEAR_TITLE_RATIO else "similar"
+            reason = f"{alike} title ({similarity:.0f}% alike)"
             found.append((2, -similarity, Match(candidate, reason)))
+        elif main_titles and _main_title_key(candidate.title) == main:
+            found.append((3, 0.0, Match(candidate, "same title before the colon")))
     return [match for *_, match in sorted(found, key=lambda item: item[:2])]

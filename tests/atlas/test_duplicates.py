@@ -72,3 +72,10 @@ def test_the_same_arxiv_id_matches_whatever_the_version_and_title() -> None:
         title="Anything", arxiv_id="2406.01234v2", candidates=[_work("Other", "2406.01234")]
     )
     assert [m.reason for m in found] == ["same arXiv id 2406.01234"]
+
+
+def test_a_dropped_subtitle_is_shown_to_a_curator_but_not_refused() -> None:
+    work = _work("Mixture-of-Recursions: Learning Dynamic Recursive Depths")
+    refused = matches(title="Mixture-of-Recursions", arxiv_id="", candidates=[work])
+    shown = matches(title="Mixture of Recursions", arxiv_id="", candidates=[work], main_titles=True)
+    assert refused == [] and [m.reason for m in shown] == ["same title before the colon"]

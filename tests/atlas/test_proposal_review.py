@@ -130,13 +130,22 @@ def test_rejecting_needs_a_public_reason_which_the_log_shows(
 def test_the_curator_sees_possible_duplicates_beside_the_proposal(
     client, curator_client, small_atlas
 ) -> None:
-    # given a proposal whose title resembles a work's (not enough to be refused)
-    pk = submitted(client, title="Mixture-of-Recursions for Adaptive Token-Level Computation")
+    # given proposals whose titles resemble a work's (not enough to be refused)
+    near = submitted(client, title="Mixture-of-Recursions for Adaptive Token-Level Computation")
+    short = submitted(
+        client,
+        title="Universal Transformers: Revisiting Weight Sharing Across Depth",
+        arxiv_id="2611.30303",
+    )
     # when
-    page = curator_client.get(f"/admin/atlas/proposal/{pk}/change/").content.decode()
+    pages = [
+        curator_client.get(f"/admin/atlas/proposal/{pk}/change/").content.decode()
+        for pk in (near, short)
+    ]
     # then
-    assert "Mixture-of-Recursions: Learning Dynamic Recursive Depths" in page
-    assert CONTACT in page  # curators do see the contact
+    assert "Mixture-of-Recursions: Learning Dynamic Recursive Depths" in pages[0]
+    assert "Universal Transformers</a> (same title before the colon)" in pages[1]
+    assert CONTACT in pages[0]  # curators do see the contact
 
 
 def test_a_proposal_accepted_once_is_not_accepted_again(client, curator_client, small_atlas):
