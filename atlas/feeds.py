@@ -146,7 +146,9 @@ def _cached_by_version(name: str, render: Callable[[HttpRequest], HttpResponse])
 
     def view(request: HttpRequest) -> HttpResponse:
         version = selectors.data_version()
-        key = f"feed:{name}:{version.tag}:{query_normalised(request.GET)}"
+        # The feed's links are absolute: the site's own address is part of the answer.
+        site = request.build_absolute_uri("/")
+        key = f"feed:{name}:{version.tag}:{site}:{query_normalised(request.GET)}"
         etag = '"' + hashlib.sha256(key.encode()).hexdigest()[:32] + '"'
         modified = version.at
         conditional = get_conditional_response(

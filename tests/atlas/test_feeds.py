@@ -113,3 +113,10 @@ def test_every_page_announces_the_feeds_and_explore_its_search(client, small_atl
     assert f'{alternate} title="Loop Atlas: new works" href="/feeds/works.atom">' in home
     assert 'href="/feeds/changes.atom"' in home
     assert 'href="/feeds/works.atom?depth_control=exit-gate"' in search
+
+
+def test_a_feed_cached_for_one_host_is_not_served_to_another(client, small_atlas) -> None:
+    first = client.get("/feeds/works.atom", HTTP_HOST="localhost")
+    other = client.get("/feeds/works.atom", HTTP_HOST="127.0.0.1")
+    assert b"http://localhost/works/" in first.content
+    assert b"http://127.0.0.1/works/" in other.content and b"localhost" not in other.content
