@@ -1,4 +1,5 @@
-"""The atlas's REST API (v1): works, facets, timeline, compare, export, suggestions.
+"""The atlas's REST API (v1): works, facets, timeline, compare, export, suggestions,
+proposals.
 
 Every read takes the Explore parameters through the one ``WorkFilter`` and answers
 conditional requests; the registry of routes is ``loopatlas/api/urls.py``.
@@ -27,8 +28,9 @@ from atlas.api.renderers import EXPORT_RENDERERS, ExportRenderer
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
 from atlas.exportstore import file_response, stored_export
-from atlas.filters import SlugListField, WorkFilter
-from atlas.models import Work
+from atlas.filters import ProposalFilter, SlugListField, WorkFilter
+from atlas.models import Proposal, Work
+from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 from atlas.records import RecordError
 from atlas.serializers import (
     ChangeSerializer,
@@ -36,12 +38,15 @@ from atlas.serializers import (
     ComparisonSerializer,
     ExportDocumentSerializer,
     FacetsSerializer,
+    NewWorkSerializer,
+    ProposalConflictSerializer,
+    ProposalSerializer,
     SuggestionSerializer,
     TimelineSerializer,
     WorkSerializer,
 )
 from atlas.services import suggestion_submit
-from atlas.throttles import ExportThrottle, SuggestionThrottle
+from atlas.throttles import ExportThrottle, ProposalThrottle, SuggestionThrottle
 from loopatlas.api.conventions import ContentVersion, StrictFilterBackend, conditional
 
 ERRORS = {
@@ -249,7 +254,7 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
     lookup_value_regex = r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 
     @extend_schema(
-        responses=EXPORT_RESPONSES | {404: ERRORS[404]},
+        responses=EXPORT_RESPONSES | ERRORS,
         parameters=[
             OpenApiParameter(
                 "version",
@@ -345,3 +350,52 @@ class SuggestionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         except RecordError as exc:
             raise ValidationError({"proposed_value": [str(exc)]}) from exc
         return Response(SuggestionSerializer(suggestion).data, status=status.HTTP_201_CREATED)
+
+
+class ProposalViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Propose a new work (checked as the data file is, duplicates refused), and the intake
+    log: every proposal with its status and the curator's public reason, newest first."""
+
+    serializer_class = ProposalSerializer
+    filterset_class = ProposalFilter
+
+    def get_queryset(self) -> QuerySet[Proposal]:
+        return Proposal.objects.select_related("work").order_by("-created_at", "-id")
+
+    def get_throttles(self):
+        return [ProposalThrottle()] if self.action == "create" else []
+
+    @extend_schema(
+        request=NewWorkSerializer,
+        responses={
+            201: ProposalSerializer,
+            400: OpenApiResponse(description="A field breaks its rules; the body names each."),
+            409: ProposalConflictSerializer,
+            429: OpenApiResponse(description="Too many proposals from this address."),
+        },
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        try:
+            proposal = proposal_submit(data=request.data)
+        except ProposalInvalid as exc:
+            raise ValidationError(exc.errors) from exc
+        except ProposalDuplicate as exc:
+            return Response(_conflict(exc), status=status.HTTP_409_CONFLICT)
+        data = ProposalSerializer(proposal, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: ProposalSerializer(many=True), **ERRORS})
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
+
+
+def _conflict(exc: ProposalDuplicate) -> dict[str, Any]:
+    candidate = exc.match.candidate
+    duplicate = {
+        "kind": candidate.kind,
+        "id": candidate.ident,
+        "title": candidate.title,
+        "url": candidate.url,
+        "reason": exc.match.reason,
+    }
+    return {"detail": str(exc), "duplicate": duplicate}

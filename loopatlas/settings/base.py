@@ -209,6 +209,7 @@ REST_FRAMEWORK = {
     # Anonymous writes and heavy exports are limited per address; reads are not.
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
+        "proposals": env_str("THROTTLE_PROPOSALS", "5/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
         "admin_login": env_str("THROTTLE_ADMIN_LOGIN", "10/hour"),
         "playground_submits": env_str("PLAYGROUND_VISITOR_SUBMITS", "12/minute"),
@@ -239,6 +240,11 @@ SPECTACULAR_SETTINGS = {
     # Request bodies get components of their own, so they state what a write requires
     # (a non-blank prompt: minLength 1) apart from what a read returns.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two models have a "status": each enum keeps a name of its own (runs' the one it had).
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "playground.models.Run.Status",
+        "ProposalStatusEnum": "atlas.models.Proposal.Status",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "atlas.api.schema.schema_atlas_bounds",  # vocabularies and slugs from the database
