@@ -33,6 +33,26 @@ DEFAULTS = RunParams()
 SAMPLING_INITIAL = {"temperature": 0.8, "top_p": 0.95}
 
 
+def model_initial(model: ModelInfo) -> dict[str, Any]:
+    """The form as it starts for ``model``: every run setting at its default, the model's
+    trained T, and what the model's directory asks for (``playground.json``)."""
+    initial: dict[str, Any] = {
+        "model": model.name,
+        "exit_rule": DEFAULTS.exit_rule,
+        "q": DEFAULTS.q,
+        "kl_threshold": DEFAULTS.kl_threshold,
+        "act_eps": DEFAULTS.act_eps,
+        "loops": model.loops,
+        "extrapolate": False,
+        "kv_policy": DEFAULTS.kv_policy,
+        "max_new_tokens": DEFAULTS.max_new_tokens,
+        "decoding": "greedy",
+        "seed": DEFAULTS.seed,
+        **SAMPLING_INITIAL,
+    }
+    return initial | dict(model.defaults)
+
+
 def _choices(name: str) -> list[tuple[str, str]]:
     return [(value, LABELS[value]) for value in CHOICES[name]]
 
@@ -148,11 +168,9 @@ class RunForm(forms.Form):
         field.widget.choices = field.choices
         default = available[0] if available else None
         if default is not None:
-            field.initial = default.name
-            self.fields["loops"].initial = default.loops
-            self.fields["loops"].widget.attrs["max"] = default.max_loops
-            for key, value in default.defaults:  # e.g. seeded sampling for a text model
+            for key, value in model_initial(default).items():  # e.g. seeded sampling
                 self.fields[key].initial = value
+            self.fields["loops"].widget.attrs["max"] = default.max_loops
         self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
         self.fields["q"].widget.attrs["step"] = "0.01"
         self.fields["kl_threshold"].widget.attrs["step"] = "any"

@@ -181,6 +181,8 @@ def frontier(
         "scored_positions": int(mask.sum()),
         "loops": n_loops,
         "threads": torch.get_num_threads(),
+        "decoding": "greedy",  # how the points were run: the playground's links repeat it
+        "new_tokens": new_tokens,
         "latency": "median over batches of the skipping prefill's seconds per token, and of "
         f"greedy decoding's seconds per generated token ({len(prompts)} prompts, "
         f"{new_tokens} new tokens each); ratios to full depth (q=1, best-available) "

@@ -1,11 +1,15 @@
 """The Frontier view: every model's stored frontier as a chart, a table and a CSV link."""
 
 import json
+import re
 import shutil
+from html import escape as html_escape
+from html import unescape as html_unescape
 
 import pytest
 from django.conf import settings as django_settings
 
+from playground.frontier import point_label
 from tests.playground.conftest import TINY
 
 POINTS = [
@@ -80,6 +84,10 @@ def test_the_shipped_models_have_stored_frontiers():
         assert rules == {"q-exit", "convergence", "fixed", "ponder", "act"}, name
 
 
+FRONTIER = {"loops": 6, "decoding": "greedy", "new_tokens": 2}
+MEASURED = {"loops": "6", "decoding": "greedy", "max_new_tokens": "2"}
+
+
 @pytest.mark.parametrize(
     ("point", "fields"),
     [
@@ -94,10 +102,10 @@ def test_the_shipped_models_have_stored_frontiers():
 def test_a_points_setting_becomes_the_forms_fields(point, fields):
     from playground.frontier import point_settings
 
-    expected = {"exit_rule": point["rule"], **fields}
+    expected = {"exit_rule": point["rule"], **MEASURED, **fields}
     if "policy" in point:
         expected["kv_policy"] = point["policy"]
-    assert point_settings(point) == expected
+    assert point_settings(point, FRONTIER) == expected
 
 
 @pytest.mark.django_db
@@ -106,13 +114,84 @@ def test_each_row_links_to_try_its_setting_in_the_prefilled_form(client, two_mod
     html = client.get("/playground/frontier/").content.decode()
     # then each point of a model with a frontier links to the playground with its setting
     assert html.count(">try this setting</a>") == 2 * len(POINTS)
-    link = "/playground/?model=task&amp;exit_rule=fixed&amp;kv_policy=best-available&amp;loops=1"
+    link = (
+        "/playground/?model=task&amp;exit_rule=fixed&amp;kv_policy=best-available&amp;loops=1"
+        "&amp;decoding=greedy&amp;frontier_point=fixed+k%3D1+%C2%B7+best-available"
+    )
     assert f'href="{link}"' in html
-    # and following a link fills the form with it
+    # and following a link fills the form with it, and says where it came from
     form = client.get(link.replace("&amp;", "&")).content.decode()
     assert '<option value="task" selected' in form
     assert '<option value="fixed" selected' in form
     assert 'name="loops" value="1"' in form
+    assert "Settings of frontier point <strong>fixed k=1 · best-available</strong>" in form
+
+
+def _expected_run(model: str, frontier: dict, point: dict) -> dict:
+    """The run parameters a point was measured with, read from the point by hand."""
+    name, _, value = point["setting"].replace("kl<", "kl=").partition("=")
+    expected = {
+        "model": model,
+        "exit_rule": point["rule"],
+        "kv_policy": point["policy"],
+        "loops": frontier["loops"],
+        "extrapolate": False,
+        "max_new_tokens": frontier["new_tokens"],
+        "temperature": 0.0,  # greedy, as the sweep decodes
+    }
+    if name == "k":
+        expected |= {"loops": int(value), "fixed_loops": int(value)}
+    else:
+        field = {"q": "q", "kl": "kl_threshold", "eps": "act_eps", "seed": "seed"}[name]
+        expected[field] = int(value) if name == "seed" else float(value)
+    return expected
+
+
+def _submitted(form) -> dict:
+    """What the browser posts for a form as it was rendered (its initial values)."""
+    values = {name: form[name].value() for name in form.fields}  # 0 == False: keep ints
+    values = {name: str(v) if type(v) in (int, float) else v for name, v in values.items()}
+    return {name: value for name, value in values.items() if value not in (None, False, "")}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["pydoc-loop", "hop-loop"])
+def test_every_shipped_frontier_point_links_to_a_form_that_runs_exactly_it(client, name):
+    # given the shipped model's stored frontier and its page's links
+    from playground.checkpoints import model_frontier, model_get
+    from playground.forms import RunForm
+
+    frontier = model_frontier(model=model_get(name=name))
+    section = client.get("/playground/frontier/").content.decode().split(f"<code>{name}</code>")[1]
+    links = re.findall(r'<a href="([^"]+)">try this setting</a>', section.split("</section>")[0])
+    assert len(links) == len(frontier["points"]) > 50
+    for link, point in zip(links, frontier["points"], strict=True):
+        # when a visitor follows the point's link and presses Run as the form stands
+        response = client.get(html_unescape(link))
+        form = RunForm(_submitted(response.context["form"]))
+        # then the run's settings are the point's, whatever the model's own defaults
+        assert form.is_valid(), (point, form.errors)
+        run = form.run_parameters()
+        expected = _expected_run(name, frontier, point)
+        assert {key: run[key] for key in expected} == expected, point
+        # and the form names the point it came from
+        assert f"Settings of frontier point <strong>{html_escape(point_label(point))}" in (
+            response.content.decode()
+        )
+
+
+@pytest.mark.django_db
+def test_a_link_naming_a_model_starts_from_that_models_defaults(client):
+    # given the default model is the tiny fixture (greedy, 64 tokens) and hop-loop asks
+    # for q = 0.7 and 2 new tokens while pydoc-loop asks for seeded sampling
+    # when a link names only the model
+    hop = client.get("/playground/?model=hop-loop").context["form"]
+    pydoc = client.get("/playground/?model=pydoc-loop").context["form"]
+    # then each form starts from that model's settings
+    assert (hop["loops"].value(), hop["max_new_tokens"].value()) == (6, 2)
+    assert hop["decoding"].value() == "greedy"
+    assert (pydoc["loops"].value(), pydoc["decoding"].value()) == (4, "sample")
+    assert (pydoc["temperature"].value(), pydoc["top_p"].value()) == (0.8, 0.95)
 
 
 @pytest.mark.browser
