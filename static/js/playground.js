@@ -178,6 +178,33 @@ for (const name of ["htmx:afterSettle", "htmx:historyRestore"]) {
     syncForm();
   });
 }
+// A submit shows its result: the new run's output, or the errors beside Run, is focused
+// and scrolled into view (on a phone the output sits below the whole form).
+document.body.addEventListener("htmx:afterSettle", (event) => {
+  const form = event.detail.requestConfig?.elt;
+  if (form?.id !== "run-form") return;
+  if (event.detail.target?.id === "run") {
+    // the run started: what an earlier submit got wrong no longer holds
+    form.querySelectorAll("#form-errors, .field .error").forEach((node) => node.remove());
+    form.querySelectorAll("[aria-invalid]").forEach((node) => node.removeAttribute("aria-invalid"));
+  }
+  const errors = document.getElementById("form-errors");
+  const target = errors ?? document.getElementById("run-heading");
+  if (!target) return;
+  if (!errors) target.setAttribute("tabindex", "-1");
+  target.focus({ preventScroll: true });
+  target.scrollIntoView({ block: errors ? "center" : "start" }); // Run stays in view above errors
+});
+
+// Ctrl+Enter (⌘+Enter on a Mac) anywhere in the form runs it, as in a notebook.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
+  const form = event.target.closest?.("#run-form");
+  if (!form) return;
+  event.preventDefault();
+  form.requestSubmit();
+});
+
 document.body.addEventListener("htmx:beforeRequest", (event) => {
   if (event.target.classList?.contains("stop-form")) {
     current?.status(current.state.status, "stopping…");

@@ -68,7 +68,7 @@ def test_the_page_shows_every_control_labelled_and_an_empty_heatmap(client, sett
     assert re.search(r'<option value="ouro-tiny" [^>]*data-loops="4" data-max-loops="8"', page)
     assert "ouro-tiny (T = 4)" in page
     assert re.search(r'name="max_new_tokens"[^>]*max="256"', page)
-    assert re.search(r'<button type="submit" id="run-button">Run</button>', page)
+    assert re.search(r'<button type="submit" id="run-button"[^>]*>Run</button>', page)
     assert 'method="post" action="/playground/"' in page  # works without JavaScript
     figure = _json_script(response, "heatmap-figure")
     assert figure["data"][0]["y"] == [1, 2, 3, 4]
@@ -86,7 +86,7 @@ def test_a_missing_checkpoint_is_named_and_the_form_cannot_run(client, settings,
     assert response.status_code == 200
     assert "The playground has no model it can run" in page
     assert f"the checkpoint directory {tmp_path / 'nowhere'} is missing" in page
-    assert '<button type="submit" id="run-button" disabled>Run</button>' in page
+    assert re.search(r"<button type=\"submit\" id=\"run-button\"[^>]* disabled>Run</button>", page)
 
 
 def test_with_no_model_configured_the_page_still_renders(client, settings) -> None:
