@@ -5,7 +5,7 @@
 // DOM and Plotly updates to one per animation frame.
 import { Heatmap } from "./playground-heatmap.js";
 import { FINISHED, followRun, STATUS_LABELS } from "./playground-stream.js";
-import { depthFraction, Stats, TokenText } from "./playground-tokens.js";
+import { shade, Stats, TokenText } from "./playground-tokens.js";
 
 function data(id) {
   const node = document.getElementById(id);
@@ -22,10 +22,12 @@ class RunFollower {
     this.pending = [];
     this.frame = 0;
     this.statusNode = region.querySelector("#run-status");
+    this.palette = figure.palette;
     this.text = new TokenText(
       region.querySelector("#tokens"),
       region.querySelector("#token-tip"),
       this.loops,
+      this.palette,
     );
     this.heatmap = new Heatmap(region.querySelector("#heatmap"), figure);
     this.heatmap.onHover = (position) => this.text.show(position);
@@ -46,9 +48,7 @@ class RunFollower {
     for (let loop = 1; loop <= this.loops; loop += 1) {
       const swatch = document.createElement("span");
       swatch.className = "tok-swatch";
-      const fraction = depthFraction(loop, this.loops);
-      if (fraction > 0.5) swatch.classList.add("deep");
-      swatch.style.setProperty("--f", fraction);
+      shade(swatch, this.palette, loop);
       swatch.textContent = String(loop);
       node.insertBefore(swatch, anchor);
     }
@@ -117,7 +117,17 @@ class RunFollower {
     }
     this.region.querySelector(".stop-form")?.remove();
     this.region.dataset.finished = payload.status;
+    if (this.region.dataset.task !== "text") this.explain();
     document.body.dispatchEvent(new CustomEvent("run-finished", { detail: payload }));
+  }
+
+  // A task model's run: the marks of its answers come from the server once it is done.
+  async explain() {
+    const response = await fetch(this.state.url, { headers: { "HX-Request": "true" } });
+    if (!response.ok) return;
+    const region = new DOMParser().parseFromString(await response.text(), "text/html");
+    const tokens = region.getElementById("run-tokens");
+    if (tokens) this.text.annotate(JSON.parse(tokens.textContent));
   }
 
   close() {

@@ -121,7 +121,7 @@ def test_a_permalink_replays_the_stored_tokens(client, run_factory) -> None:
     assert len(re.findall(r'<span class="tok[^"]*" data-position="\d+"', page)) == 5
     figure = _json_script(response, "heatmap-figure")
     assert figure["data"][0]["x"] == [0, 1, 2, 3, 4]
-    assert figure["data"][0]["z"][0] == [0.3] * 5  # cumulative at loop 1
+    assert figure["data"][0]["z"][0] == [2] * 5  # computed at loop 1, shaded by exit loop 2
     assert figure["data"][1]["z"][3] == [1] * 5  # loop 4 was never computed: grey
     assert figure["data"][2]["y"] == [2] * 5  # the exit loop markers
     assert [s["x0"] for s in figure["layout"]["shapes"]] == [2.5]  # prompt | generated
@@ -155,7 +155,9 @@ def test_a_task_models_permalink_says_why_an_answer_is_deep(
     # then the position that wrote the answer, and its exit marker, name the answer's hops
     page = response.content.decode()
     assert 'title="#8 · exit loop 3 · next token: 3 hops"' in page
-    assert page.count(' hops"') == 1
+    assert len(re.findall(r'title="[^"]* hops"', page)) == 1
+    # and the answer it wrote is marked right, with the expected answer in its title
+    assert 'data-mark="✓"' in page and "answer ✓: expected &#x27;b&#x27;" in page
     hovers = _json_script(response, "heatmap-figure")["data"][2]["hovertext"]
     assert hovers[8].endswith("exits at loop 3 (next token: 3 hops)")
 
