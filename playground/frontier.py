@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 
 from playground.checkpoints import ModelInfo
+from playground.pages import byte_size
 
 SETTING_FIELDS = {"q": "q", "kl<": "kl_threshold", "k": "loops", "eps": "act_eps", "seed": "seed"}
 SETTING = re.compile(r"^(?P<name>q|kl<|k|eps|seed)=?(?P<value>[0-9.eE+-]+)$")
@@ -57,3 +58,59 @@ def point_try_url(*, model: ModelInfo, frontier: dict[str, Any], point: dict[str
     if model.examples:
         query["prompt"] = model.examples[0]
     return f"{reverse('playground:index')}?{urlencode(query)}"
+
+
+def pareto_keys(points: list[dict[str, Any]]) -> set[int]:
+    """Indexes of the points no other point beats: none reaches at least their accuracy
+    with at most their executed work, better in one of the two."""
+
+    def beats(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        at_least = (
+            a["accuracy"] >= b["accuracy"] and a["executed_fraction"] <= b["executed_fraction"]
+        )
+        better = a["accuracy"] > b["accuracy"] or a["executed_fraction"] < b["executed_fraction"]
+        return at_least and better
+
+    return {i for i, p in enumerate(points) if not any(beats(other, p) for other in points)}
+
+
+def full_depth_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The reference every point is measured against: q = 1 with best-available KV."""
+    return next((p for p in points if (p["rule"], p["setting"], p["policy"]) == FULL_DEPTH), None)
+
+
+FULL_DEPTH = ("q-exit", "q=1.0", "best-available")
+
+
+def frontier_rows(frontier: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points as the Frontier view shows them: accuracy's difference from full depth,
+    whether the point is on the Pareto envelope, ratios with their range, KV in bytes
+    people read."""
+    points = [p for p in frontier["points"] if isinstance(p, dict)]
+    envelope, full = pareto_keys(points), full_depth_point(points)
+    rows = []
+    for i, point in enumerate(points):
+        delta = None if full is None else round(point["accuracy"] - full["accuracy"], 4)
+        rows.append(
+            point
+            | {
+                "label": point_label(point),
+                "pareto": i in envelope,
+                "full_depth": point is full,
+                "delta": delta,
+                "peak_kv": byte_size(point.get("peak_kv_bytes")),
+                "prefill": _ratio(point, "latency"),
+                "decode": _ratio(point, "decode"),
+            }
+        )
+    return rows
+
+
+def _ratio(point: dict[str, Any], kind: str) -> str:
+    """``0.62× (0.58–0.70)``: the median ratio to full depth and its repeats' range."""
+    median = point.get(f"{kind}_ratio")
+    if median is None:
+        return "—"
+    low, high = point.get(f"{kind}_ratio_low"), point.get(f"{kind}_ratio_high")
+    spread = "" if low is None or high is None or low == high else f" ({low:.2f}–{high:.2f})"
+    return f"{median:.2f}×{spread}"

@@ -230,7 +230,7 @@ def stats_display(view: RunView) -> dict[str, str]:
         ),
         "tokens_per_s": _number(stats.get("tokens_per_s"), "{:.1f}"),
         "ttft": _milliseconds(stats.get("time_to_first_token_s")),
-        "peak_kv": _bytes(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
+        "peak_kv": byte_size(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
     }
     return display
 
@@ -243,7 +243,8 @@ def _milliseconds(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1000:,.0f} ms"
 
 
-def _bytes(count: float | None) -> str:
+def byte_size(count: float | None) -> str:
+    """A byte count as people read it: 3.0 KiB, 14.4 MiB."""
     if count is None:
         return "—"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

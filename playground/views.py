@@ -23,6 +23,7 @@ from playground.comparison import CompareError, runs_compare
 from playground.forms import CompareForm, RunForm, model_initial
 from playground.frontier import (
     POINT_PARAMETER,
+    frontier_rows,
     point_find,
     point_label,
     point_settings,
@@ -273,17 +274,24 @@ def run_stop(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 @require_GET
 def frontier(request: HttpRequest) -> HttpResponse:
-    """Every configured model's stored depth-accuracy frontier: chart, table, CSV link."""
-    models = [
-        {
-            "model": model,
-            "frontier": _with_try_urls(model, model_frontier(model=model)),
-            "slug": f"frontier-{i}",
-            "data_id": f"frontier-{i}-data",
-        }
-        for i, model in enumerate(model_catalog())
-    ]
-    return render(request, "playground/frontier.html", {"models": models})
+    """Every configured model's stored depth-accuracy frontier: charts, the table of its
+    Pareto points (every point with ``?points=all``), a CSV link."""
+    models = []
+    for i, model in enumerate(model_catalog()):
+        stored = _with_try_urls(model, model_frontier(model=model))
+        rows = frontier_rows(stored) if stored else []
+        models.append(
+            {
+                "model": model,
+                "frontier": stored,
+                "rows": rows,
+                "pareto_rows": [row for row in rows if row["pareto"]],
+                "slug": f"frontier-{i}",
+                "data_id": f"frontier-{i}-data",
+            }
+        )
+    context = {"models": models, "all_points": request.GET.get("points") == "all"}
+    return render(request, "playground/frontier.html", context)
 
 
 def _with_try_urls(model, frontier: dict | None) -> dict | None:

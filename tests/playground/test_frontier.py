@@ -59,7 +59,7 @@ def test_the_page_lists_each_models_points_summary_and_csv(client, two_models):
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert html.count('class="frontier-chart"') == 2 and html.count("<tbody>") == 2
+    assert html.count('class="frontier-chart"') == 2 * 2 and html.count("<tbody>") == 2
     assert "task in one line" in html and "exact match" in html
     assert 'href="/playground/frontier/task.csv"' in html
     assert "No frontier stored for this model yet" in html  # the bare fixture
@@ -110,8 +110,8 @@ def test_a_points_setting_becomes_the_forms_fields(point, fields):
 
 @pytest.mark.django_db
 def test_each_row_links_to_try_its_setting_in_the_prefilled_form(client, two_models):
-    # given the frontier page
-    html = client.get("/playground/frontier/").content.decode()
+    # given the frontier page with every point
+    html = client.get("/playground/frontier/?points=all").content.decode()
     # then each point of a model with a frontier links to the playground with its setting
     assert html.count(">try this setting</a>") == 2 * len(POINTS)
     link = (
@@ -162,7 +162,8 @@ def test_every_shipped_frontier_point_links_to_a_form_that_runs_exactly_it(clien
     from playground.forms import RunForm
 
     frontier = model_frontier(model=model_get(name=name))
-    section = client.get("/playground/frontier/").content.decode().split(f"<code>{name}</code>")[1]
+    page = client.get("/playground/frontier/?points=all").content.decode()
+    section = page.split(f"<code>{name}</code>")[1]
     links = re.findall(r'<a href="([^"]+)">try this setting</a>', section.split("</section>")[0])
     assert len(links) == len(frontier["points"]) > 50
     for link, point in zip(links, frontier["points"], strict=True):
@@ -194,6 +195,44 @@ def test_a_link_naming_a_model_starts_from_that_models_defaults(client):
     assert (pydoc["temperature"].value(), pydoc["top_p"].value()) == (0.8, 0.95)
 
 
+@pytest.mark.django_db
+def test_the_table_starts_with_the_pareto_points_against_full_depth(client, two_models):
+    # given points where ponder (0.55 of the work, 0.7) is beaten by q = 0.5 (0.5, 0.8)
+    html = client.get("/playground/frontier/").content.decode()
+    # then the table lists the other three, and says how to see all four
+    section = html.split("<code>task</code>")[1].split("</section>")[0]
+    rows = re.findall(r'<th scope="row" data-label="setting" data-value="([^"]+)"', section)
+    assert rows == ["q-exit q=0.5", "q-exit q=1.0", "fixed k=1"]
+    assert "The 3 Pareto points of 4" in section and "Show all 4 points" in section
+    # and each states its accuracy against full depth (q = 1: 0.9), and KV in bytes people read
+    assert 'data-label="Δ vs full depth" data-value="-0.1">-0.100<' in section
+    assert '<span class="badge">full depth</span>' in section
+    assert ">1000 B<" in section
+
+
+def test_pareto_points_are_those_no_point_beats_on_both_accuracy_and_work():
+    from playground.frontier import pareto_keys
+
+    points = [
+        {"accuracy": 0.5, "executed_fraction": 0.5},
+        {"accuracy": 0.5, "executed_fraction": 0.6},  # same accuracy, more work
+        {"accuracy": 0.4, "executed_fraction": 0.3},
+        {"accuracy": 0.9, "executed_fraction": 1.0},
+        {"accuracy": 0.9, "executed_fraction": 1.0},  # a tie: neither beats the other
+        {"accuracy": 0.3, "executed_fraction": 0.4},  # beaten by the 0.4 at 0.3
+    ]
+    assert pareto_keys(points) == {0, 2, 3, 4}
+
+
+def test_a_ratio_reads_as_its_median_and_the_range_of_its_repeats():
+    from playground.frontier import frontier_rows
+
+    point = POINTS[0] | {"latency_ratio_low": 0.41, "latency_ratio_high": 0.58, "decode_ratio": 1}
+    (row,) = frontier_rows({"points": [point | {"peak_kv_bytes": 15_079_936}]})
+    assert row["prefill"] == "0.50× (0.41–0.58)" and row["decode"] == "1.00×"
+    assert row["peak_kv"] == "14.4 MiB"
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_chromium_renders_both_models_charts_and_tables(browser, live_server, two_models):
@@ -203,22 +242,33 @@ def test_chromium_renders_both_models_charts_and_tables(browser, live_server, tw
     try:
         page.goto(f"{live_server.url}/playground/frontier/")
         page.wait_for_function(
-            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 2",
+            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 4",
             timeout=15_000,
         )
         traces = page.evaluate(
             "[...document.querySelectorAll('.frontier-chart')].map(c => c.data.map(t => t.name))"
         )
         rows = page.locator(".frontier-table tbody tr").count()
+        # the headers sort the table: accuracy, then reversed
+        table = page.locator("#frontier-1 .frontier-table")
+        table.get_by_role("button", name="exact match").click()
+        first = "document.querySelector('#frontier-1 tbody tr th').dataset.value"
+        ascending = page.evaluate(first)
+        table.get_by_role("button", name="exact match").click()
+        descending = page.evaluate(first)
+        # and on a phone the page does not scroll sideways
+        page.set_viewport_size({"width": 390, "height": 800})
+        page.wait_for_timeout(300)
+        width = page.evaluate("document.documentElement.scrollWidth")
     finally:
         page.close()
 
     assert errors == []
-    assert (
-        traces
-        == [["q-exit · best-available", "fixed · best-available", "ponder · best-available"]] * 2
-    )
-    assert rows == 2 * len(POINTS)
+    rules = ["q-exit · best-available", "fixed · best-available", "ponder · best-available"]
+    assert traces == [["Pareto envelope", *rules], rules] * 2  # work view, latency view
+    assert rows == 2 * 3  # the Pareto points
+    assert (ascending, descending) == ("fixed k=1", "q-exit q=1.0")
+    assert width <= 390
 
 
 @pytest.mark.browser
