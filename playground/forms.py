@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from kernels.params import BOUNDS, CHOICES, RunParams
 from playground.checkpoints import ModelInfo, model_catalog
 from playground.services import MAX_PROMPT_CHARS
-from playground.siblings import PRESETS, preset_variants, run_settings
+from playground.siblings import MODES, PRESETS, SAME_TEXT, preset_variants, run_settings
 
 LABELS = {
     "q-exit": "Q-exit (cumulative exit probability ≥ q)",
@@ -252,6 +252,13 @@ class CompareForm(forms.Form):
         widget=forms.RadioSelect,
         label="Compare with",
     )
+    mode = forms.ChoiceField(
+        choices=list(MODES.items()),
+        initial=SAME_TEXT,
+        widget=forms.RadioSelect,
+        label="Text",
+        required=False,  # left out: same text, the default
+    )
     first_exit_rule = forms.ChoiceField(
         label="Run B exit rule", choices=_choices("exit_rule"), required=False
     )
@@ -278,6 +285,9 @@ class CompareForm(forms.Form):
             for name in ("exit_rule", "q", "kv_policy")
         }
         return cls(data, initial=initial, prefix="compare")
+
+    def clean_mode(self) -> str:
+        return self.cleaned_data.get("mode") or SAME_TEXT
 
     def variants(self, run: Any) -> list[dict[str, Any]]:
         """What each sibling changes of ``run``'s settings (valid forms only)."""

@@ -142,6 +142,7 @@ def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpRespon
         siblings = services.run_compare_submit(
             run=run,
             variants=variants,
+            mode=form.cleaned_data["mode"],
             visitor=visitor_of_session(secret),
             address=visitor_address(request.META),
             owner_secret=secret,
