@@ -237,6 +237,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No deep links: they put a link inside each operation's toggle button (nested
+    # interactive controls, which screen readers cannot reach).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     # Request bodies get components of their own, so they state what a write requires
     # (a non-blank prompt: minLength 1) apart from what a read returns.
     "COMPONENT_SPLIT_REQUEST": True,
