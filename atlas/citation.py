@@ -23,7 +23,7 @@ def _date(row: Row, separator: str) -> str:
     return f"{year}{separator}{month}" if month else year
 
 
-def _abstract_url(row: Row) -> str | None:
+def paper_url(row: Row) -> str | None:
     if row["url"]:
         return row["url"]
     return f"https://arxiv.org/abs/{row['arxiv_id']}" if row["arxiv_id"] else None
@@ -40,7 +40,7 @@ def citation_meta(row: Row) -> list[tuple[str, str]]:
     if row["arxiv_id"]:
         tags.append(("citation_arxiv_id", row["arxiv_id"]))
         tags.append(("citation_pdf_url", f"https://arxiv.org/pdf/{row['arxiv_id']}"))
-    abstract = _abstract_url(row)
+    abstract = paper_url(row)
     if abstract:
         tags.append(("citation_abstract_html_url", abstract))
     return tags
@@ -59,7 +59,7 @@ def scholarly_article(row: Row) -> dict[str, Any]:
         "url": row["page_url"],
         "keywords": [row["recurrence_family"], *row["topics"]],
     }
-    same_as = [url for url in (_abstract_url(row), row["code_url"]) if url]
+    same_as = [url for url in (paper_url(row), row["code_url"]) if url]
     if same_as:
         article["sameAs"] = same_as
     if row["arxiv_id"]:
@@ -97,7 +97,7 @@ def coins(row: Row) -> str:
         pairs.append(("rft.jtitle", row["venue"]))
     if row["arxiv_id"]:
         pairs.append(("rft_id", f"info:arxiv/{row['arxiv_id']}"))
-    abstract = _abstract_url(row)
+    abstract = paper_url(row)
     if abstract:
         pairs.append(("rft_id", abstract))
     return urlencode(pairs)

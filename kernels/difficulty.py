@@ -49,6 +49,30 @@ def answer_levels(task: str, text: str) -> dict[int, int]:
     return {}
 
 
+def expected_answers(task: str, text: str) -> dict[int, str]:
+    """Character offset of each answer character present in ``text`` -> the character the
+    task's answer has there (the sum's digits; the letter a query's hops reach); empty
+    for a text model or text that is not the task's layout."""
+    if task == "addition":
+        match = SUM.match(text)
+        if match is None or len(match[1]) != len(match[2]):
+            return {}
+        answer = f"{int(match[1]) + int(match[2]):0{len(match[1]) + 1}d}"
+        return {match.end() + i: c for i, c in enumerate(answer) if match.end() + i < len(text)}
+    if task == "hops":
+        pairs, sep, queries = text.partition(";")
+        successor = {pair[0]: pair[1] for pair in pairs.split() if len(pair) == 2}
+        offset, answers = len(pairs) + 1, {}
+        for m in QUERY.finditer(queries) if sep else ():
+            letter: str | None = m[1]
+            for _ in range(int(m[2])):
+                letter = successor.get(letter or "")
+            if letter and offset + m.end() < len(text):
+                answers[offset + m.end()] = letter
+        return answers
+    return {}
+
+
 def label(task: str, level: int) -> str:
     """How a difficulty reads beside an exit loop: ``3 hops``, ``carry chain 2``."""
     if task == "hops":

@@ -3,15 +3,19 @@
 The figure has the same four traces whether it is empty (a new run, before its first
 token) or replays a stored run; the page's module appends one column per token event:
 
-0. ``cumulative``: heatmap, z[loop - 1][column] = cumulative exit probability at that loop
-   for the token in that column, null where the loop was not computed;
+0. ``computed``: heatmap, z[loop - 1][column] = the exit loop of the token in that column
+   at every loop it computed, null where it did not: the column is the token's shade in
+   the text (``playground.palette``), as tall as its work; the cumulative exit
+   probability of each cell is in its hover;
 1. ``not computed``: heatmap, 1 where the loop was skipped (the token had exited), else
    null; one flat grey that no value of the colour scale takes;
 2. ``exit loop``: markers at (position, exit loop);
 3. a legend-only square for the grey cells (heatmaps have no legend entry of their own).
 
-x is the token position (prompt and generated, split by a dashed line once the first
-generated token is known); y is the loop, 1..T. Plain dicts, as in ``atlas.charts``.
+x is the token position (prompt and generated, split by a labelled dashed line once the
+first generated token is known), labelled with the token's text while the run is short
+enough to read (``LABELLED_COLUMNS``); y is the loop, 1..T. The figure also carries each
+loop's shade (``palette``) for the text. Plain dicts, as in ``atlas.charts``.
 """
 
 import json
@@ -19,8 +23,10 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
-COLOURSCALE = "Viridis"  # dark purple (0) to yellow (1): no grey anywhere on it
-NOT_COMPUTED = "#d4d4d8"
+from playground.palette import loop_colourscale, loop_shades
+
+NOT_COMPUTED = "#d4d4d8"  # a flat grey that no loop's shade is
+LABELLED_COLUMNS = 40  # up to this many tokens, the x axis shows their text
 EXIT_MARKER = "#e11d48"
 TOP_K_SHOWN = 5
 
@@ -37,10 +43,16 @@ def heatmap_figure(
     figure: dict[str, Any] = {
         "data": [
             _heatmap_trace(
-                "cumulative exit p",
+                "computed (colour: exit loop)",
                 loops,
-                colorscale=COLOURSCALE,
-                colorbar={"title": {"text": "cumulative<br>exit p"}, "thickness": 12},
+                colorscale=loop_colourscale(loops),
+                zmin=0.5,
+                zmax=loops + 0.5,
+                colorbar={
+                    "title": {"text": "exit<br>loop"},
+                    "thickness": 12,
+                    "tickvals": list(range(1, loops + 1)),
+                },
             ),
             _heatmap_trace(
                 "not computed",
@@ -55,6 +67,7 @@ def heatmap_figure(
                 "x": [],
                 "y": [],
                 "hovertext": [],
+                "customdata": [],  # the token's text as its axis label
                 "hovertemplate": "%{hovertext}<extra>exit loop</extra>",
                 "marker": {
                     "symbol": "diamond",
@@ -74,14 +87,23 @@ def heatmap_figure(
             },
         ],
         "layout": heatmap_layout(loops=loops, trained_loops=trained_loops),
+        "palette": [{"background": s.background, "text": s.text} for s in loop_shades(loops)],
     }
     prompt_tokens, why = 0, iter(reasons)
     for event in tokens:
         reason = next(why, "")
         append_column(figure, event, loops=loops, reason=reason)
         prompt_tokens += event["phase"] == "prompt"
-    if prompt_tokens and prompt_tokens < len(figure["data"][0]["x"]):
+    columns = len(figure["data"][0]["x"])
+    if prompt_tokens and prompt_tokens < columns:
         figure["layout"]["shapes"].append(_prompt_boundary(prompt_tokens))
+        figure["layout"]["annotations"].append(_boundary_label(prompt_tokens))
+    if 0 < columns <= LABELLED_COLUMNS:
+        figure["layout"]["xaxis"] |= {
+            "tickmode": "array",
+            "tickvals": figure["data"][0]["x"],
+            "ticktext": figure["data"][2]["customdata"],
+        }
     return figure
 
 
@@ -96,18 +118,18 @@ def _heatmap_trace(name: str, loops: int, **style: Any) -> dict[str, Any]:
         "hovertext": [[] for _ in range(loops)],
         "zmin": 0,
         "zmax": 1,
+        **style,
         "xgap": 1,
         "ygap": 1,
         "hoverongaps": False,
         "hovertemplate": "%{hovertext}<extra></extra>",
-        **style,
     }
 
 
 def heatmap_layout(*, loops: int, trained_loops: int | None = None) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "height": 140 + 34 * loops,
-        "margin": {"l": 48, "r": 16, "t": 8, "b": 40},
+        "margin": {"l": 48, "r": 16, "t": 24, "b": 48},
         "xaxis": {
             "title": {"text": "token position"},
             "zeroline": False,
@@ -124,6 +146,7 @@ def heatmap_layout(*, loops: int, trained_loops: int | None = None) -> dict[str,
         "hovermode": "closest",
         "plot_bgcolor": "#ffffff",
         "shapes": [],
+        "annotations": [],
         "uirevision": "heatmap",  # keep the reader's zoom while columns stream in
     }
     if trained_loops and loops > trained_loops:
@@ -138,7 +161,7 @@ def heatmap_layout(*, loops: int, trained_loops: int | None = None) -> dict[str,
                 "line": {"color": "#9a3412", "dash": "dot", "width": 1.5},
             }
         )
-        layout["annotations"] = [
+        layout["annotations"].append(
             {
                 "xref": "paper",
                 "x": 1,
@@ -149,7 +172,7 @@ def heatmap_layout(*, loops: int, trained_loops: int | None = None) -> dict[str,
                 "showarrow": False,
                 "font": {"size": 11, "color": "#9a3412"},
             }
-        ]
+        )
     return layout
 
 
@@ -166,30 +189,44 @@ def _prompt_boundary(prompt_tokens: int) -> dict[str, Any]:
     }
 
 
+def _boundary_label(prompt_tokens: int) -> dict[str, Any]:
+    return {
+        "name": "prompt-boundary",
+        "x": prompt_tokens - 0.5,
+        "yref": "paper",
+        "y": 1,
+        "yanchor": "bottom",
+        "text": "prompt ◂ ▸ generated",
+        "showarrow": False,
+        "font": {"size": 11, "color": "#1b1f24"},
+    }
+
+
 def append_column(figure: dict[str, Any], event: Mapping, *, loops: int, reason: str = "") -> None:
     """Add one token's column (the same as the page's module does with a live event)."""
-    cumulative, skipped, exit_marker, _ = figure["data"]
+    computed_cells, skipped, exit_marker, _ = figure["data"]
     position = event["position"]
     computed = {row["loop"]: row for row in event["loops"]}
     label = f"#{position} {_quoted(event['text'])} ({event['phase']})"
-    for trace in (cumulative, skipped):
+    for trace in (computed_cells, skipped):
         trace["x"].append(position)
     for loop in range(1, loops + 1):
         row = computed.get(loop)
         if row is None:
-            cumulative["z"][loop - 1].append(None)
-            cumulative["hovertext"][loop - 1].append("")
+            computed_cells["z"][loop - 1].append(None)
+            computed_cells["hovertext"][loop - 1].append("")
             skipped["z"][loop - 1].append(1)
             skipped["hovertext"][loop - 1].append(
                 f"{label}<br>loop {loop}: not computed (exited at loop {event['exit_loop']})"
             )
         else:
-            cumulative["z"][loop - 1].append(row["cumulative"])
-            cumulative["hovertext"][loop - 1].append(loop_text(label, row, event["exit_loop"]))
+            computed_cells["z"][loop - 1].append(event["exit_loop"])
+            computed_cells["hovertext"][loop - 1].append(loop_text(label, row, event["exit_loop"]))
             skipped["z"][loop - 1].append(None)
             skipped["hovertext"][loop - 1].append("")
     exit_marker["x"].append(position)
     exit_marker["y"].append(event["exit_loop"])
+    exit_marker["customdata"].append(tick_text(event["text"]))
     why = f" ({reason})" if reason else ""
     exit_marker["hovertext"].append(f"{label}: exits at loop {event['exit_loop']}{why}")
 
@@ -203,6 +240,12 @@ def loop_text(label: str, row: Mapping, exit_loop: int) -> str:
         f"λ {_number(row['gate_lambda'])} · p {_number(row['exit_p'])} · "
         f"cumulative {_number(row['cumulative'])}<br>top: {top or '—'}"
     )
+
+
+def tick_text(text: str) -> str:
+    """A token as an axis label: visible whitespace, escaped, at most 6 characters."""
+    shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "·"
+    return escape(shown[:5] + "…" if len(shown) > 6 else shown, quote=False)
 
 
 def _number(value: float | None) -> str:

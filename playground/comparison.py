@@ -10,6 +10,10 @@ log-likelihood difference is over positions whose next token is the same in both
 from the stored top-k of each exit loop (a position whose next token is outside either
 top-k is left out, and the count says how many were used).
 
+A comparison's mode says how its runs got their tokens: "same text" when every run after
+the first was scored on the first run's tokens (``siblings.TEXT_OF``), so no position
+diverges and every depth compares; "free-running" otherwise.
+
 Used by the compare page (``views.run_compare``) and ``GET /api/v1/runs/compare/``
 (whose JSON and CSV shapes are in ``serializers``).
 """
@@ -25,6 +29,7 @@ from typing import Any
 from playground import charts, selectors
 from playground.models import Run
 from playground.pages import RunView, run_view, stats_display
+from playground.siblings import FREE_RUNNING, MODES, SAME_TEXT, TEXT_OF
 
 COMPARE_MAX = 3
 LABELS = "ABC"
@@ -40,6 +45,10 @@ STAT_ROWS = (
 
 class CompareError(ValueError):
     """Runs that cannot be compared; the message names the problem."""
+
+
+class UnknownRun(CompareError):
+    """A well-formed run id that names no run."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,16 @@ class Comparison:
     positions: list[Position]
     divergence: int | None  # the first position whose token differs between runs
     deepest: int  # index of the reference run
+
+    @property
+    def mode(self) -> str:
+        first, others = self.runs[0].view.id, self.runs[1:]
+        forced = [item.run.params.get(TEXT_OF) == first for item in others]
+        return SAME_TEXT if forced and all(forced) else FREE_RUNNING
+
+    @property
+    def mode_label(self) -> str:
+        return MODES[self.mode]
 
     @property
     def ids(self) -> str:
@@ -235,7 +254,7 @@ def runs_compare(*, raw: str) -> Comparison:
     for run_id in compare_ids(raw):
         run = selectors.run_get(run_id=run_id)
         if run is None:
-            raise CompareError(f"no run with id {run_id}")
+            raise UnknownRun(f"no run with id {run_id}")
         runs.append(run)
     if len({run.model for run in runs}) > 1:
         models = ", ".join(run.model for run in runs)

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from kernels.params import BOUNDS, CHOICES, RunParams
 from playground.checkpoints import ModelInfo, model_catalog
 from playground.services import MAX_PROMPT_CHARS
-from playground.siblings import PRESETS, preset_variants, run_settings
+from playground.siblings import MODES, PRESETS, SAME_TEXT, preset_variants, run_settings
 
 LABELS = {
     "q-exit": "Q-exit (cumulative exit probability ≥ q)",
@@ -31,6 +31,26 @@ LABELS = {
 DEFAULTS = RunParams()
 # Shown when the visitor switches to sampling; greedy (the default) sends temperature 0.
 SAMPLING_INITIAL = {"temperature": 0.8, "top_p": 0.95}
+
+
+def model_initial(model: ModelInfo) -> dict[str, Any]:
+    """The form as it starts for ``model``: every run setting at its default, the model's
+    trained T, and what the model's directory asks for (``playground.json``)."""
+    initial: dict[str, Any] = {
+        "model": model.name,
+        "exit_rule": DEFAULTS.exit_rule,
+        "q": DEFAULTS.q,
+        "kl_threshold": DEFAULTS.kl_threshold,
+        "act_eps": DEFAULTS.act_eps,
+        "loops": model.loops,
+        "extrapolate": False,
+        "kv_policy": DEFAULTS.kv_policy,
+        "max_new_tokens": DEFAULTS.max_new_tokens,
+        "decoding": "greedy",
+        "seed": DEFAULTS.seed,
+        **SAMPLING_INITIAL,
+    }
+    return initial | dict(model.defaults)
 
 
 def _choices(name: str) -> list[tuple[str, str]]:
@@ -148,11 +168,9 @@ class RunForm(forms.Form):
         field.widget.choices = field.choices
         default = available[0] if available else None
         if default is not None:
-            field.initial = default.name
-            self.fields["loops"].initial = default.loops
-            self.fields["loops"].widget.attrs["max"] = default.max_loops
-            for key, value in default.defaults:  # e.g. seeded sampling for a text model
+            for key, value in model_initial(default).items():  # e.g. seeded sampling
                 self.fields[key].initial = value
+            self.fields["loops"].widget.attrs["max"] = default.max_loops
         self.fields["loops"].help_text = "Up to the trained loops; Extrapolate allows 2·T."
         self.fields["q"].widget.attrs["step"] = "0.01"
         self.fields["kl_threshold"].widget.attrs["step"] = "any"
@@ -234,6 +252,13 @@ class CompareForm(forms.Form):
         widget=forms.RadioSelect,
         label="Compare with",
     )
+    mode = forms.ChoiceField(
+        choices=list(MODES.items()),
+        initial=SAME_TEXT,
+        widget=forms.RadioSelect,
+        label="Text",
+        required=False,  # left out: same text, the default
+    )
     first_exit_rule = forms.ChoiceField(
         label="Run B exit rule", choices=_choices("exit_rule"), required=False
     )
@@ -260,6 +285,9 @@ class CompareForm(forms.Form):
             for name in ("exit_rule", "q", "kv_policy")
         }
         return cls(data, initial=initial, prefix="compare")
+
+    def clean_mode(self) -> str:
+        return self.cleaned_data.get("mode") or SAME_TEXT
 
     def variants(self, run: Any) -> list[dict[str, Any]]:
         """What each sibling changes of ``run``'s settings (valid forms only)."""

@@ -13,9 +13,10 @@ from django.urls import reverse
 
 from playground import charts
 from playground.checkpoints import default_model_name, model_get
-from playground.explain import token_reasons
+from playground.explain import AnswerMark, answer_marks, token_reasons
 from playground.forms import CompareForm
 from playground.models import Run, RunToken
+from playground.palette import Shade, loop_shades
 
 STATUS_LABELS = {
     Run.Status.QUEUED: "Queued",
@@ -145,7 +146,9 @@ def run_context(view: RunView | None) -> dict[str, Any]:
             "stats": {},
         }
     model = model_get(name=view.run.model)
-    reasons = token_reasons(task=model.task if model else "text", tokens=view.tokens)
+    task = model.task if model else "text"
+    reasons = token_reasons(task=task, tokens=view.tokens)
+    marks = answer_marks(task=task, tokens=view.tokens)
     return {
         "run": view,
         "figure": charts.heatmap_figure(
@@ -153,33 +156,38 @@ def run_context(view: RunView | None) -> dict[str, Any]:
         ),
         "legend": depth_legend(view.loops),
         "tokens": [
-            token_cell(event, view.loops, why)
-            for event, why in zip(view.tokens, reasons, strict=True)
+            token_cell(event, view.loops, why, mark)
+            for event, why, mark in zip(view.tokens, reasons, marks, strict=True)
         ],
-        "tokens_data": view.tokens,
+        # the stored events, with what the page explains beside them (a task's)
+        "tokens_data": [
+            event | {"why": why, "mark": mark.to_dict() if mark else None}
+            for event, why, mark in zip(view.tokens, reasons, marks, strict=True)
+        ],
+        "task": task,
         "stats": stats_display(view),
         "compare_form": CompareForm.for_run(view.run),
     }
 
 
-def depth_fraction(exit_loop: int, loops: int) -> float:
-    """0 for the first loop, 1 for the last: the shade of a token (``--f`` in CSS)."""
-    return 0.0 if loops <= 1 else round((exit_loop - 1) / (loops - 1), 3)
+def depth_legend(loops: int) -> list[Shade]:
+    return loop_shades(loops)
 
 
-def depth_legend(loops: int) -> list[dict[str, Any]]:
-    return [{"loop": t, "fraction": depth_fraction(t, loops)} for t in range(1, loops + 1)]
-
-
-def token_cell(event: dict[str, Any], loops: int, why: str = "") -> dict[str, Any]:
-    """A token of the run's text: its exit loop's shade, and why it is hard (a task's)."""
+def token_cell(
+    event: dict[str, Any], loops: int, why: str = "", mark: AnswerMark | None = None
+) -> dict[str, Any]:
+    """A token of the run's text: its exit loop's shade, why it is hard and whether it is
+    the right answer (a task model's)."""
+    shades = loop_shades(max(loops, event["exit_loop"]))
     return {
         "why": why,
+        "mark": mark,
         "position": event["position"],
         "phase": event["phase"],
         "text": event["text"],
         "exit_loop": event["exit_loop"],
-        "fraction": depth_fraction(event["exit_loop"], loops),
+        "shade": shades[event["exit_loop"] - 1],
     }
 
 
@@ -222,7 +230,7 @@ def stats_display(view: RunView) -> dict[str, str]:
         ),
         "tokens_per_s": _number(stats.get("tokens_per_s"), "{:.1f}"),
         "ttft": _milliseconds(stats.get("time_to_first_token_s")),
-        "peak_kv": _bytes(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
+        "peak_kv": byte_size(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
     }
     return display
 
@@ -235,7 +243,8 @@ def _milliseconds(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1000:,.0f} ms"
 
 
-def _bytes(count: float | None) -> str:
+def byte_size(count: float | None) -> str:
+    """A byte count as people read it: 3.0 KiB, 14.4 MiB."""
     if count is None:
         return "—"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

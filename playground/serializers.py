@@ -127,6 +127,7 @@ class RunCreatedSerializer(RunSerializer):
 
 
 COMPARISON_CSV_HEADER = [
+    "mode",
     "position",
     "run",
     "label",
@@ -147,6 +148,7 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
     return {
         "prompt": first.prompt,
         "model": first.model,
+        "mode": comparison.mode,
         "divergence": comparison.divergence,
         "deepest": comparison.runs[comparison.deepest].view.id,
         "runs": [_compared_run_data(item) for item in comparison.runs],
@@ -188,6 +190,7 @@ def comparison_rows(comparison: Comparison) -> Iterator[list[Any]]:
             if token is None:
                 continue
             yield [
+                comparison.mode,
                 position.position,
                 item.view.id,
                 item.label,

@@ -26,7 +26,13 @@ from kernels.params import RunParams
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
-from playground.siblings import COMPARE_SIBLINGS, sibling_params
+from playground.siblings import (
+    COMPARE_SIBLINGS,
+    MODES,
+    SAME_TEXT,
+    TEXT_OF,
+    sibling_params,
+)
 from playground.visitors import secret_hash
 
 logger = logging.getLogger(__name__)
@@ -144,6 +150,7 @@ def run_submit(
     address: str = "",
     owner_secret: str = "",
     compare_of: Run | None = None,
+    same_text: bool = False,
     **params: Any,
 ) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
@@ -161,6 +168,8 @@ def run_submit(
     the run created under ``_submits_serialised``: concurrent submits cannot all pass.
     """
     model, run_params = run_params_clean(prompt=prompt, **params)
+    if same_text and compare_of is not None:  # scored on compare_of's text, not sampled
+        run_params[TEXT_OF] = str(compare_of.id)
     with transaction.atomic():
         _submits_serialised()
         refusal = _limit_refusal(visitor=visitor, address=address, joining=compare_of)
@@ -245,6 +254,7 @@ def run_compare_submit(
     *,
     run: Run,
     variants: list[dict[str, Any]],
+    mode: str = SAME_TEXT,
     visitor: str = "",
     address: str = "",
     owner_secret: str = "",
@@ -257,10 +267,19 @@ def run_compare_submit(
     under the default limit of two (against the submit rate, each counts: the views take
     one submit per variant). All or none start, and together once this commits, so one
     worker batches their steps.
+
+    In ``SAME_TEXT`` mode each sibling is scored on ``run``'s stored tokens (so ``run``
+    must have finished); in ``FREE_RUNNING`` mode each writes its own text.
     """
     if not 1 <= len(variants) <= COMPARE_SIBLINGS:
         raise ValidationError(
             {"variants": [f"give 1 to {COMPARE_SIBLINGS} settings to compare, not {len(variants)}"]}
+        )
+    if mode not in MODES:
+        raise ValidationError({"mode": [f"must be one of {', '.join(MODES)}"]})
+    if mode == SAME_TEXT and run.status not in (Run.Status.DONE, Run.Status.CANCELLED):
+        raise ValidationError(
+            {"mode": ["same text scores the siblings on this run's tokens: wait until it ends"]}
         )
     return [
         run_submit(
@@ -270,6 +289,7 @@ def run_compare_submit(
             address=address,
             owner_secret=owner_secret,
             compare_of=run,
+            same_text=mode == SAME_TEXT,
             **sibling_params(run, variant),
         )
         for variant in variants

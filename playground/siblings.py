@@ -1,5 +1,9 @@
 """Sibling runs for "Compare with…": the same prompt, model and seed, one setting changed.
 
+In "same text" mode (the default) a sibling does not write its own text: it is scored on
+the compared run's tokens with its own settings, so every position's depth compares; in
+"free-running" mode it generates, and positions compare only up to where the texts part.
+
 A variant is the settings a sibling changes (``{"q": 0.5}``, ``{"exit_rule": "fixed"}``,
 ``{"kv_policy": "select"}``); every other setting is the compared run's own. A preset is
 the three settings of a common experiment; the run's own setting is one of them, so its
@@ -12,6 +16,14 @@ from typing import Any
 from kernels.params import KV_POLICIES, RunParams
 
 COMPARE_SIBLINGS = 2  # with the run they are compared with: three side by side
+# A "same text" sibling's parameter: the id of the run whose tokens it is scored on
+# (teacher-forced with its own settings, ``kernels.teacher``) instead of writing its own.
+TEXT_OF = "teacher_forced_of"
+SAME_TEXT, FREE_RUNNING = "same-text", "free-running"
+MODES = {
+    SAME_TEXT: "same text: the siblings read this run's tokens (every position compared)",
+    FREE_RUNNING: "free-running: each sibling writes its own text",
+}
 PRESETS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "q": ("q 0.5 / 0.7 / 0.9", [{"exit_rule": "q-exit", "q": q} for q in (0.5, 0.7, 0.9)]),
     "exit-rules": (

@@ -20,8 +20,15 @@ from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
 from playground.checkpoints import model_catalog, model_frontier, model_get
 from playground.comparison import CompareError, runs_compare
-from playground.forms import CompareForm, RunForm
-from playground.frontier import point_try_url
+from playground.forms import CompareForm, RunForm, model_initial
+from playground.frontier import (
+    POINT_PARAMETER,
+    frontier_rows,
+    point_find,
+    point_label,
+    point_settings,
+    point_try_url,
+)
 from playground.models import Run
 from playground.pages import RunView, run_context, run_view
 from playground.serializers import RunCreateSerializer
@@ -45,20 +52,40 @@ SETTING_FIELDS = (
     "max_new_tokens",
     "seed",
 )
+SAMPLING_FIELDS = ("decoding", "temperature", "top_p")
 
 
 @require_http_methods(["GET", "POST"])
 def index(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _submit(request, RunForm(request.POST))
-    return _page(request, RunForm(initial=_initial_from_query(request.GET)))
+    form = RunForm(initial=_initial_from_query(request.GET))
+    return _page(request, form, frontier_note=_frontier_note(request.GET))
 
 
-def _initial_from_query(query) -> dict[str, str]:
+def _initial_from_query(query) -> dict[str, object]:
     """Settings to start from, as links give them (``?model=…&exit_rule=fixed&loops=3``,
-    the Frontier's "try this setting"); the form checks them when it is submitted."""
-    names = ("prompt", "model", *SETTING_FIELDS)
-    return {name: query[name][:MAX_PROMPT_CHARS] for name in names if query.get(name)}
+    the Frontier's "try this setting"): a link naming a model starts from that model's
+    own defaults, and what the link sets wins. The form checks them when submitted."""
+    model = model_get(name=query.get("model", ""))
+    initial: dict[str, object] = {} if model is None else model_initial(model)
+    names = ("prompt", "model", *SETTING_FIELDS, *SAMPLING_FIELDS)
+    return initial | {name: query[name][:MAX_PROMPT_CHARS] for name in names if query.get(name)}
+
+
+def _frontier_note(query) -> dict | None:
+    """The frontier point a "try this setting" link came from, when it names a stored one."""
+    model = model_get(name=query.get("model", ""))
+    if model is None or not query.get(POINT_PARAMETER):
+        return None
+    frontier = model_frontier(model=model)
+    point = point_find(frontier, query[POINT_PARAMETER])
+    if frontier is None or point is None:
+        return None
+    return {"model": model.name, "label": point_label(point), "point": point} | {
+        "metric": frontier.get("metric", "accuracy"),
+        "settings": point_settings(point, frontier),
+    }
 
 
 def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
@@ -115,6 +142,7 @@ def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpRespon
         siblings = services.run_compare_submit(
             run=run,
             variants=variants,
+            mode=form.cleaned_data["mode"],
             visitor=visitor_of_session(secret),
             address=visitor_address(request.META),
             owner_secret=secret,
@@ -176,9 +204,11 @@ def _page(
     run: RunView | None = None,
     can_stop: bool = False,
     status: int = 200,
+    frontier_note: dict | None = None,
 ) -> HttpResponse:
     context = run_context(run) | {
         "form": form,
+        "frontier_note": frontier_note,
         "recent_runs": selectors.run_list()[:RECENT_RUNS],
         "can_stop": can_stop,
     }
@@ -245,17 +275,24 @@ def run_stop(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 @require_GET
 def frontier(request: HttpRequest) -> HttpResponse:
-    """Every configured model's stored depth-accuracy frontier: chart, table, CSV link."""
-    models = [
-        {
-            "model": model,
-            "frontier": _with_try_urls(model, model_frontier(model=model)),
-            "slug": f"frontier-{i}",
-            "data_id": f"frontier-{i}-data",
-        }
-        for i, model in enumerate(model_catalog())
-    ]
-    return render(request, "playground/frontier.html", {"models": models})
+    """Every configured model's stored depth-accuracy frontier: charts, the table of its
+    Pareto points (every point with ``?points=all``), a CSV link."""
+    models = []
+    for i, model in enumerate(model_catalog()):
+        stored = _with_try_urls(model, model_frontier(model=model))
+        rows = frontier_rows(stored) if stored else []
+        models.append(
+            {
+                "model": model,
+                "frontier": stored,
+                "rows": rows,
+                "pareto_rows": [row for row in rows if row["pareto"]],
+                "slug": f"frontier-{i}",
+                "data_id": f"frontier-{i}-data",
+            }
+        )
+    context = {"models": models, "all_points": request.GET.get("points") == "all"}
+    return render(request, "playground/frontier.html", context)
 
 
 def _with_try_urls(model, frontier: dict | None) -> dict | None:
@@ -263,7 +300,7 @@ def _with_try_urls(model, frontier: dict | None) -> dict | None:
     if frontier is None or not model.available:
         return frontier
     points = [
-        point | {"try_url": point_try_url(model=model, point=point)}
+        point | {"try_url": point_try_url(model=model, frontier=frontier, point=point)}
         for point in frontier["points"]
         if isinstance(point, dict)
     ]

@@ -22,9 +22,14 @@ from playground.checkpoints import model_get
 from playground.models import Run, RunToken
 from playground.recording import RunControl, TokenWriter, waiting_out_outage
 from playground.services import ModelUnavailable, run_end_publish
+from playground.siblings import TEXT_OF
 
 if TYPE_CHECKING:
-    from kernels.stream import GenerationParams
+    from collections.abc import Iterator
+
+    from kernels.checkpoint import LoadedModel
+    from kernels.stream import GenerationParams, GenerationStream, TokenEvent
+    from workers.batching import RunHandle
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +115,8 @@ def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
     from kernels.stream import GenerationParams
 
-    values = {key: value for key, value in run.params.items() if key != "extrapolate"}
+    ours = ("extrapolate", TEXT_OF)  # the API's and the playground's, not the engine's
+    values = {key: value for key, value in run.params.items() if key not in ours}
     try:
         return GenerationParams(**values).validate()
     except ValueError as exc:
@@ -141,7 +147,7 @@ def _generate(run: Run) -> Run:
     from workers.resident import resident_model
 
     writer, control = TokenWriter(run), RunControl(run)
-    handle = None
+    handle: RunHandle | _ForcedRun | None = None
     try:
         model = model_get(name=run.model)
         if model is None or not model.available:
@@ -150,16 +156,19 @@ def _generate(run: Run) -> Run:
         torch_threads_pin(settings.PLAYGROUND_TORCH_THREADS)  # this task thread's own
         loaded = resident_model(model.path)
         control.beat()  # the claim's heartbeat stands unless loading the model took long
-        handle = batch_submit(
-            loaded,
-            run.id,
-            run.prompt,
-            params,
-            max_rows=settings.PLAYGROUND_BATCH,
-            torch_threads=settings.PLAYGROUND_TORCH_THREADS,
-            prefill_chunk=settings.PLAYGROUND_PREFILL_CHUNK,
-            time_limit_s=settings.PLAYGROUND_SOFT_TIME_LIMIT_S,
-        )
+        if run.params.get(TEXT_OF):
+            handle = _forced(loaded, run, params)
+        else:
+            handle = batch_submit(
+                loaded,
+                run.id,
+                run.prompt,
+                params,
+                max_rows=settings.PLAYGROUND_BATCH,
+                torch_threads=settings.PLAYGROUND_TORCH_THREADS,
+                prefill_chunk=settings.PLAYGROUND_PREFILL_CHUNK,
+                time_limit_s=settings.PLAYGROUND_SOFT_TIME_LIMIT_S,
+            )
         first = True
         for event in handle:
             if control.stop_reason:  # stopped: the rest of the batch's step is not kept
@@ -186,6 +195,39 @@ def _generate(run: Run) -> Run:
         _finish_failed(run, exc, writer.last_position)
         return run
     return _finish(run, handle.summary or {}, control.stop_reason, writer.last_position)
+
+
+class _ForcedRun:
+    """A "same text" sibling's events (``kernels.teacher``): one prefill over the text of
+    the run it is compared with, in this thread, handed out as a batch's run is."""
+
+    def __init__(self, stream: GenerationStream) -> None:
+        self.stream, self.cancelled = stream, False
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        for event in self.stream:
+            if self.cancelled:
+                return
+            yield event
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return self.stream.summary
+
+
+def _forced(loaded: LoadedModel, run: Run, params: GenerationParams) -> _ForcedRun:
+    from kernels.teacher import teacher_forced_stream
+
+    source = Run.objects.filter(pk=run.params[TEXT_OF]).first()
+    tokens = list(selectors.run_tokens(run=source)) if source is not None else []
+    if not tokens:
+        raise InvalidParams("the run whose text this run scores has no stored tokens")
+    prompt = sum(token.phase == RunToken.Phase.PROMPT for token in tokens)
+    ids = [token.token_id for token in tokens]
+    return _ForcedRun(teacher_forced_stream(loaded, ids, prompt, params))
 
 
 def _finish(run: Run, stats: dict[str, Any], stop_reason: str, last_position: int) -> Run:

@@ -25,7 +25,7 @@ def authors_from_works(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("atlas", "0004_change_history"),
+        ("atlas", "0005_proposals"),
     ]
 
     operations = [

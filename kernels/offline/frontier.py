@@ -6,7 +6,8 @@ of eps) and every KV policy. Each point records together: accuracy (exact match 
 task model; next-token top-1 and loss for a text model), the average exit loop, the
 executed fraction of full-depth token-loops, per-token latency (median over batches of
 the skipping prefill's seconds per token, and of decoding's seconds per generated token,
-each with its ratio to full depth measured in the same run) and peak KV bytes. Written
+each with its ratio to full depth measured in the same repeat: the median of several
+repeats and their range) and peak KV bytes. Written
 to ``MODEL_DIR/frontier.json`` and ``frontier.csv`` (``--json PATH`` puts the JSON there,
 the CSV beside it); the playground's Frontier view only reads them.
 """
@@ -46,11 +47,16 @@ FIELDS = (
     "executed_fraction",
     "latency_ms_per_token",
     "latency_ratio",
+    "latency_ratio_low",
+    "latency_ratio_high",
     "decode_ms_per_token",
     "decode_ratio",
+    "decode_ratio_low",
+    "decode_ratio_high",
     "peak_kv_bytes",
 )
 DECODE_ROWS = 64  # prompts decoded per point (decoding is token by token: the slow part)
+REPEATS = 5  # latency measurements per point: a same-run ratio moves by ±15% between them
 
 
 @dataclass(frozen=True)
@@ -132,29 +138,30 @@ def decode_seconds(
 
 
 def frontier(
-    loaded: LoadedModel, heldout: Heldout, sweep: Sweep, batch: int = 32
+    loaded: LoadedModel, heldout: Heldout, sweep: Sweep, batch: int = 32, repeats: int = REPEATS
 ) -> dict[str, Any]:
-    """Every point of the sweep. Full depth (best-available) is the latency baseline of
-    prefill and of decoding, measured before and after the sweep (their mean), after one
-    warm-up batch of each."""
+    """Every point of the sweep, its latency measured ``repeats`` times. In each repeat the
+    latency baseline is full depth (q=1, best-available) measured in that repeat, so its
+    own ratio is 1 by construction; a point's ratio is the median of its repeats' ratios,
+    with their range (the noise a ratio carries). Odd repeats run the points in reverse
+    order, so a drift of the machine's speed does not lean on one end of the sweep.
+    After one warm-up batch of prefill and of decoding."""
     n_loops, ids, mask = loaded.config.total_ut_steps, heldout.ids, heldout.mask
     prompts, new_tokens = heldout.prompts()
-    points = []
+    settings = [(policy, *rule) for policy in sweep.policies for rule in rules(sweep, n_loops)]
     solve(loaded, ids[:batch], mask[:batch], QExit(1.0), batch=batch)  # warm-up
     decode_seconds(loaded, prompts[:batch], new_tokens, QExit(1.0), batch=batch)
-
-    def full_depth_s() -> tuple[float, float]:
-        run = solve(loaded, ids, mask, QExit(1.0), batch=batch)
-        decode_s = decode_seconds(loaded, prompts, new_tokens, QExit(1.0), batch=batch)
-        return statistics.median(run["per_token_s"]), decode_s
-
-    before = full_depth_s()
-    for policy in sweep.policies:
-        for rule, setting in rules(sweep, n_loops):
+    points: dict[tuple[str, str], dict[str, Any]] = {}
+    seconds: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for repeat in range(repeats):
+        order = settings if repeat % 2 == 0 else settings[::-1]
+        for policy, rule, setting in order:
             run = solve(loaded, ids, mask, rule, policy=policy, batch=batch)
-            median_s = statistics.median(run["per_token_s"])
             decode_s = decode_seconds(loaded, prompts, new_tokens, rule, policy=policy, batch=batch)
-            points.append(
+            key = (policy, setting)
+            seconds.setdefault(key, []).append((statistics.median(run["per_token_s"]), decode_s))
+            points.setdefault(
+                key,
                 {
                     "rule": rule.name,
                     "setting": setting,
@@ -163,29 +170,37 @@ def frontier(
                     "loss": round(run["loss"], 4),
                     "avg_exit": round(run["exit"].float().mean().item(), 3),
                     "executed_fraction": round(run["executed_fraction"], 4),
-                    "latency_ms_per_token": round(1000 * median_s, 4),
-                    "latency_s": median_s,
-                    "decode_ms_per_token": round(1000 * decode_s, 4),
-                    "decode_s": decode_s,
                     "peak_kv_bytes": run["peak_kv_bytes"],
-                }
+                },
             )
-    after = full_depth_s()
-    base_s, base_decode_s = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
-    for point in points:
-        point["latency_ratio"] = round(point.pop("latency_s") / base_s, 3)
-        point["decode_ratio"] = round(point.pop("decode_s") / base_decode_s, 3)
+    base = seconds[("best-available", "q=1.0")]
+    for key, point in points.items():
+        prefill = [s[0] / b[0] for s, b in zip(seconds[key], base, strict=True)]
+        decode = [s[1] / b[1] for s, b in zip(seconds[key], base, strict=True)]
+        point |= {
+            "latency_ms_per_token": round(1000 * statistics.median(s[0] for s in seconds[key]), 4),
+            "latency_ratio": round(statistics.median(prefill), 3),
+            "latency_ratio_low": round(min(prefill), 3),
+            "latency_ratio_high": round(max(prefill), 3),
+            "decode_ms_per_token": round(1000 * statistics.median(s[1] for s in seconds[key]), 4),
+            "decode_ratio": round(statistics.median(decode), 3),
+            "decode_ratio_low": round(min(decode), 3),
+            "decode_ratio_high": round(max(decode), 3),
+        }
     return {
         "metric": heldout.metric,
         "sequences": len(ids),
         "scored_positions": int(mask.sum()),
         "loops": n_loops,
         "threads": torch.get_num_threads(),
+        "decoding": "greedy",  # how the points were run: the playground's links repeat it
+        "new_tokens": new_tokens,
+        "repeats": repeats,
         "latency": "median over batches of the skipping prefill's seconds per token, and of "
         f"greedy decoding's seconds per generated token ({len(prompts)} prompts, "
-        f"{new_tokens} new tokens each); ratios to full depth (q=1, best-available) "
-        "measured before and after the sweep",
-        "points": points,
+        f"{new_tokens} new tokens each); ratios to full depth (q=1, best-available) measured "
+        f"in the same repeat: the median of {repeats} repeats and their range",
+        "points": [points[(policy, setting)] for policy, _, setting in settings],
     }
 
 
@@ -208,10 +223,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="default MODEL_DIR/frontier.json")
     parser.add_argument("--size", type=int, default=256, help="held-out sequences")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="latency measurements")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.path, device="cpu")
-    result = frontier(loaded, heldout_data(args.path, loaded, args.size), Sweep())
+    heldout = heldout_data(args.path, loaded, args.size)
+    result = frontier(loaded, heldout, Sweep(), repeats=args.repeats)
     csv_path = write(result, args.json or args.path / "frontier.json")
     print(f"{len(result['points'])} points -> {csv_path.with_suffix('.json')}, {csv_path}")
 

@@ -1,64 +1,141 @@
-// The Frontier view: one Plotly chart per model of accuracy against the executed fraction
-// of full-depth work, one trace per exit rule (best-available KV shown, the other KV
-// policies one click away in the legend), every point's settings in its hover; a click on
-// a point opens the playground with its setting ("try this setting", as in the table).
-// The points come from the page (json_script); nothing is computed here.
+// The Frontier view: per model, accuracy against executed work (one trace per exit rule
+// and KV policy, best-available shown and the others one click away in the legend, with
+// the full-depth reference and the Pareto envelope), and accuracy against decoding
+// latency relative to full depth (median of the repeats, bars for their range). A click
+// on a point opens the playground with its setting, as "try this setting" does in the
+// table; the table's headers sort it. The points come from the page (json_script).
 
 const SYMBOLS = { "q-exit": "circle", convergence: "diamond", fixed: "square", ponder: "star", act: "triangle-up" };
+const REFERENCE = { color: "#57606a", dash: "dash", width: 1 };
 
-function traces(points, metric) {
+function hover(p, metric) {
+  return (
+    `${p.label}<br>${metric} ${p.accuracy} (Δ ${p.delta ?? "—"} vs full depth), loss ${p.loss}` +
+    `<br>avg exit ${p.avg_exit}, executed ${p.executed_fraction}` +
+    `<br>prefill ${p.prefill} full depth<br>decode ${p.decode} full depth` +
+    `<br>peak KV ${p.peak_kv}` +
+    (p.try_url ? "<br>click to try this setting" : "")
+  );
+}
+
+function ruleTraces(points, metric, view) {
   const groups = new Map();
   for (const p of points) {
     const key = `${p.rule} · ${p.policy}`;
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(p);
   }
+  const x = view === "latency" ? (p) => p.decode_ratio : (p) => p.executed_fraction;
   return [...groups].map(([name, group]) => {
-    group.sort((a, b) => a.executed_fraction - b.executed_fraction);
-    return {
+    group.sort((a, b) => x(a) - x(b));
+    const trace = {
       name,
       type: "scatter",
-      mode: "lines+markers",
-      x: group.map((p) => p.executed_fraction),
+      mode: view === "latency" ? "markers" : "lines+markers",
+      x: group.map(x),
       y: group.map((p) => p.accuracy),
       marker: { symbol: SYMBOLS[group[0].rule] || "circle", size: 8 },
       visible: group[0].policy === "best-available" ? true : "legendonly",
-      text: group.map(
-        (p) =>
-          `${p.rule} ${p.setting}, KV ${p.policy}<br>${metric} ${p.accuracy}, loss ${p.loss}` +
-          `<br>avg exit ${p.avg_exit}, executed ${p.executed_fraction}` +
-          `<br>prefill ${p.latency_ms_per_token} ms/token (${p.latency_ratio}× full depth)` +
-          (p.decode_ms_per_token === undefined
-            ? ""
-            : `<br>decode ${p.decode_ms_per_token} ms/token (${p.decode_ratio}× full depth)`) +
-          `<br>peak KV ${p.peak_kv_bytes} bytes` +
-          (p.try_url ? "<br>click to try this setting" : ""),
-      ),
+      text: group.map((p) => hover(p, metric)),
       customdata: group.map((p) => p.try_url ?? null),
       hovertemplate: "%{text}<extra></extra>",
     };
+    if (view === "latency" && group.every((p) => p.decode_ratio_high !== undefined)) {
+      trace.error_x = {
+        type: "data",
+        symmetric: false,
+        array: group.map((p) => p.decode_ratio_high - p.decode_ratio),
+        arrayminus: group.map((p) => p.decode_ratio - p.decode_ratio_low),
+        thickness: 1,
+        width: 3,
+      };
+    }
+    return trace;
   });
+}
+
+function envelope(points) {
+  const front = points.filter((p) => p.pareto).sort((a, b) => a.executed_fraction - b.executed_fraction);
+  return {
+    name: "Pareto envelope",
+    type: "scatter",
+    mode: "lines",
+    line: { shape: "hv", color: "#8c959f", width: 6 },
+    opacity: 0.45,
+    x: front.map((p) => p.executed_fraction),
+    y: front.map((p) => p.accuracy),
+    hoverinfo: "skip",
+  };
+}
+
+function layout(points, metric, view) {
+  const full = points.find((p) => p.full_depth);
+  const shapes = [];
+  const annotations = [];
+  if (full) {
+    shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: full.accuracy, y1: full.accuracy, line: REFERENCE });
+    annotations.push({
+      xref: "paper", x: 0, y: full.accuracy, xanchor: "left", yanchor: "bottom",
+      text: `full depth: ${full.accuracy}`, showarrow: false, font: { size: 11, color: "#57606a" },
+    });
+  }
+  if (view === "latency") {
+    shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: 1, x1: 1, line: REFERENCE });
+  }
+  return {
+    height: 420,
+    margin: { t: 20, r: 10, b: 50, l: 60 },
+    xaxis:
+      view === "latency"
+        ? { title: { text: "decode time per token ÷ full depth" } }
+        : { title: { text: "executed fraction of full-depth token-loops" }, range: [0, 1.05] },
+    yaxis: { title: { text: metric } },
+    legend: { orientation: "h", y: -0.2 },
+    shapes,
+    annotations,
+  };
 }
 
 function draw(chart) {
   const data = document.getElementById(chart.dataset.frontier);
   if (!data || !window.Plotly) return;
   const metric = chart.dataset.metric;
-  window.Plotly.newPlot(
-    chart,
-    traces(JSON.parse(data.textContent), metric),
-    {
-      height: 420,
-      margin: { t: 20, r: 10, b: 50, l: 60 },
-      xaxis: { title: { text: "executed fraction of full-depth token-loops" }, range: [0, 1.05] },
-      yaxis: { title: { text: metric } },
-      legend: { orientation: "h", y: -0.2 },
-    },
-    { displaylogo: false, responsive: true },
-  ).then(() => {
+  const view = chart.dataset.view;
+  const points = JSON.parse(data.textContent);
+  const traces = ruleTraces(points, metric, view);
+  if (view === "work") traces.unshift(envelope(points));
+  window.Plotly.newPlot(chart, traces, layout(points, metric, view), {
+    displaylogo: false,
+    responsive: true,
+  }).then(() => {
     chart.on("plotly_click", (event) => {
       const url = event.points?.[0]?.customdata;
       if (url) window.location.assign(url);
+    });
+  });
+}
+
+// Sorting: each header becomes a button; a second click reverses the order.
+function sortable(table) {
+  const headers = [...table.tHead.rows[0].cells];
+  headers.forEach((th, column) => {
+    if (!th.dataset.sort) return;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "sort";
+    button.append(...th.childNodes);
+    th.append(button);
+    button.addEventListener("click", () => {
+      const ascending = th.getAttribute("aria-sort") !== "ascending";
+      headers.forEach((other) => other.removeAttribute("aria-sort"));
+      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+      const value = (row) => row.cells[column].dataset.value ?? "";
+      const key = th.dataset.sort === "number" ? (row) => Number(value(row) || Infinity) : value;
+      const rows = [...table.tBodies[0].rows].sort((a, b) => {
+        const [x, y] = [key(a), key(b)];
+        return (x < y ? -1 : x > y ? 1 : 0) * (ascending ? 1 : -1);
+      });
+      table.tBodies[0].append(...rows);
     });
   });
 }
@@ -67,5 +144,6 @@ function drawAll() {
   document.querySelectorAll("[data-frontier]").forEach(draw);
 }
 
+document.querySelectorAll("table[data-sortable]").forEach(sortable);
 if (window.Plotly) drawAll();
 else window.addEventListener("load", drawAll);

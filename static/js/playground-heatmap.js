@@ -3,11 +3,18 @@
 // frame however fast tokens arrive. Column layout and hover text match charts.py.
 const CONFIG = { displayModeBar: false, responsive: true };
 const TOP_K_SHOWN = 5;
+const LABELLED_COLUMNS = 40; // as charts.LABELLED_COLUMNS: up to this many, x shows token text
 
 // Plotly reads a subset of HTML in hover text: token text is escaped, never markup.
 export function quoted(text) {
   const json = JSON.stringify(text ?? "").slice(1, -1);
   return `“${json}”`.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
+}
+
+function tickText(text) {
+  const shown = (text ?? "").replaceAll(" ", "␣").replaceAll("\n", "⏎").replaceAll("\t", "⇥") || "·";
+  const short = [...shown].length > 6 ? `${[...shown].slice(0, 5).join("")}…` : shown;
+  return short.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
 }
 
 function number(value) {
@@ -44,26 +51,29 @@ export class Heatmap {
       this.column(event);
       added = true;
     }
-    if (added) this.draw();
+    if (added) {
+      this.ticks();
+      this.draw();
+    }
   }
 
   column(event) {
-    const [cumulative, skipped, exits] = this.figure.data;
+    const [computedCells, skipped, exits] = this.figure.data;
     const computed = new Map(event.loops.map((row) => [row.loop, row]));
     const label = `#${event.position} ${quoted(event.text)} (${event.phase})`;
-    cumulative.x.push(event.position);
+    computedCells.x.push(event.position);
     skipped.x.push(event.position);
     for (let loop = 1; loop <= this.loops; loop += 1) {
       const row = computed.get(loop);
       const i = loop - 1;
       if (row) {
-        cumulative.z[i].push(row.cumulative);
-        cumulative.hovertext[i].push(loopText(label, row, event.exit_loop));
+        computedCells.z[i].push(event.exit_loop);
+        computedCells.hovertext[i].push(loopText(label, row, event.exit_loop));
         skipped.z[i].push(null);
         skipped.hovertext[i].push("");
       } else {
-        cumulative.z[i].push(null);
-        cumulative.hovertext[i].push("");
+        computedCells.z[i].push(null);
+        computedCells.hovertext[i].push("");
         skipped.z[i].push(1);
         skipped.hovertext[i].push(
           `${label}<br>loop ${loop}: not computed (exited at loop ${event.exit_loop})`,
@@ -73,6 +83,7 @@ export class Heatmap {
     exits.x.push(event.position);
     exits.y.push(event.exit_loop);
     exits.hovertext.push(`${label}: exits at loop ${event.exit_loop}`);
+    exits.customdata.push(tickText(event.text));
     if (event.phase === "generated" && !this.hasBoundary) {
       this.hasBoundary = true;
       this.figure.layout.shapes.push({
@@ -85,6 +96,27 @@ export class Heatmap {
         x1: event.position - 0.5,
         line: { color: "#1b1f24", dash: "dash", width: 1 },
       });
+      this.figure.layout.annotations.push({
+        name: "prompt-boundary",
+        x: event.position - 0.5,
+        yref: "paper",
+        y: 1,
+        yanchor: "bottom",
+        text: "prompt ◂ ▸ generated",
+        showarrow: false,
+        font: { size: 11, color: "#1b1f24" },
+      });
+    }
+  }
+
+  // Token text on the x axis while the run is short enough to read it.
+  ticks() {
+    const [computedCells, , exits] = this.figure.data;
+    const axis = this.figure.layout.xaxis;
+    if (computedCells.x.length <= LABELLED_COLUMNS) {
+      Object.assign(axis, { tickmode: "array", tickvals: computedCells.x, ticktext: exits.customdata });
+    } else {
+      for (const key of ["tickmode", "tickvals", "ticktext"]) delete axis[key];
     }
   }
 

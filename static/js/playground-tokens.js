@@ -2,8 +2,12 @@
 // cumulative and top-k per loop; and the live stats panel. Everything a person or the
 // model wrote goes in with textContent, never as HTML. Formats match playground/pages.py.
 
-export function depthFraction(exitLoop, loops) {
-  return loops <= 1 ? 0 : Math.round(((exitLoop - 1) / (loops - 1)) * 1000) / 1000;
+// A loop's shade, from the palette the heatmap figure carries (playground/palette.py).
+export function shade(element, palette, loop) {
+  const colour = palette[Math.min(loop, palette.length) - 1];
+  if (!colour) return;
+  element.style.backgroundColor = colour.background;
+  element.style.color = colour.text;
 }
 
 function cell(tag, text, className) {
@@ -22,10 +26,11 @@ export function shown(text) {
 }
 
 export class TokenText {
-  constructor(container, tip, loops) {
+  constructor(container, tip, loops, palette) {
     this.container = container;
     this.tip = tip;
     this.loops = loops;
+    this.palette = palette;
     this.events = new Map();
     this.selected = null;
     container.replaceChildren();
@@ -54,10 +59,9 @@ export class TokenText {
       const span = cell("span", event.text, "tok");
       if (event.phase === "prompt") span.classList.add("prompt");
       if (!event.text) span.classList.add("empty");
-      const fraction = depthFraction(event.exit_loop, this.loops);
-      if (fraction > 0.5) span.classList.add("deep");
-      span.style.setProperty("--f", fraction);
+      shade(span, this.palette, event.exit_loop);
       span.dataset.position = event.position;
+      this.mark(span, event);
       span.id = `tok-${event.position}`;
       span.tabIndex = this.events.size === 1 ? 0 : -1;
       fragment.append(span);
@@ -67,6 +71,26 @@ export class TokenText {
 
   span(position) {
     return document.getElementById(`tok-${position}`);
+  }
+
+  // A task model's answer token: ✓ or ✗, the expected answer in its title.
+  mark(span, event) {
+    if (!event.mark) return;
+    span.classList.add("answer", event.mark.right ? "right" : "wrong");
+    span.dataset.mark = event.mark.right ? "✓" : "✗";
+    span.title = event.mark.title;
+  }
+
+  // What the server explains about tokens that streamed in (their marks and reasons).
+  annotate(events) {
+    for (const event of events) {
+      const known = this.events.get(event.position);
+      const span = this.span(event.position);
+      if (!known || !span) continue;
+      known.why = event.why;
+      known.mark = event.mark;
+      this.mark(span, event);
+    }
   }
 
   // Roving tabindex: one token is in the tab order; arrows move between tokens.
@@ -114,7 +138,9 @@ export class TokenText {
   tipContent(event) {
     const head = cell(
       "p",
-      `#${event.position} ${shown(event.text)} · ${event.phase} · exit loop ${event.exit_loop} of ${this.loops}`,
+      `#${event.position} ${shown(event.text)} · ${event.phase} · exit loop ${event.exit_loop} of ${this.loops}` +
+        (event.why ? ` · ${event.why}` : "") +
+        (event.mark ? ` · ${event.mark.title}` : ""),
       "tip-head",
     );
     const table = document.createElement("table");

@@ -5,7 +5,7 @@
 // DOM and Plotly updates to one per animation frame.
 import { Heatmap } from "./playground-heatmap.js";
 import { FINISHED, followRun, STATUS_LABELS } from "./playground-stream.js";
-import { depthFraction, Stats, TokenText } from "./playground-tokens.js";
+import { shade, Stats, TokenText } from "./playground-tokens.js";
 
 function data(id) {
   const node = document.getElementById(id);
@@ -22,10 +22,12 @@ class RunFollower {
     this.pending = [];
     this.frame = 0;
     this.statusNode = region.querySelector("#run-status");
+    this.palette = figure.palette;
     this.text = new TokenText(
       region.querySelector("#tokens"),
       region.querySelector("#token-tip"),
       this.loops,
+      this.palette,
     );
     this.heatmap = new Heatmap(region.querySelector("#heatmap"), figure);
     this.heatmap.onHover = (position) => this.text.show(position);
@@ -46,9 +48,7 @@ class RunFollower {
     for (let loop = 1; loop <= this.loops; loop += 1) {
       const swatch = document.createElement("span");
       swatch.className = "tok-swatch";
-      const fraction = depthFraction(loop, this.loops);
-      if (fraction > 0.5) swatch.classList.add("deep");
-      swatch.style.setProperty("--f", fraction);
+      shade(swatch, this.palette, loop);
       swatch.textContent = String(loop);
       node.insertBefore(swatch, anchor);
     }
@@ -117,7 +117,17 @@ class RunFollower {
     }
     this.region.querySelector(".stop-form")?.remove();
     this.region.dataset.finished = payload.status;
+    if (this.region.dataset.task !== "text") this.explain();
     document.body.dispatchEvent(new CustomEvent("run-finished", { detail: payload }));
+  }
+
+  // A task model's run: the marks of its answers come from the server once it is done.
+  async explain() {
+    const response = await fetch(this.state.url, { headers: { "HX-Request": "true" } });
+    if (!response.ok) return;
+    const region = new DOMParser().parseFromString(await response.text(), "text/html");
+    const tokens = region.getElementById("run-tokens");
+    if (tokens) this.text.annotate(JSON.parse(tokens.textContent));
   }
 
   close() {
@@ -178,6 +188,33 @@ for (const name of ["htmx:afterSettle", "htmx:historyRestore"]) {
     syncForm();
   });
 }
+// A submit shows its result: the new run's output, or the errors beside Run, is focused
+// and scrolled into view (on a phone the output sits below the whole form).
+document.body.addEventListener("htmx:afterSettle", (event) => {
+  const form = event.detail.requestConfig?.elt;
+  if (form?.id !== "run-form") return;
+  if (event.detail.target?.id === "run") {
+    // the run started: what an earlier submit got wrong no longer holds
+    form.querySelectorAll("#form-errors, .field .error").forEach((node) => node.remove());
+    form.querySelectorAll("[aria-invalid]").forEach((node) => node.removeAttribute("aria-invalid"));
+  }
+  const errors = document.getElementById("form-errors");
+  const target = errors ?? document.getElementById("run-heading");
+  if (!target) return;
+  if (!errors) target.setAttribute("tabindex", "-1");
+  target.focus({ preventScroll: true });
+  target.scrollIntoView({ block: errors ? "center" : "start" }); // Run stays in view above errors
+});
+
+// Ctrl+Enter (⌘+Enter on a Mac) anywhere in the form runs it, as in a notebook.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
+  const form = event.target.closest?.("#run-form");
+  if (!form) return;
+  event.preventDefault();
+  form.requestSubmit();
+});
+
 document.body.addEventListener("htmx:beforeRequest", (event) => {
   if (event.target.classList?.contains("stop-form")) {
     current?.status(current.state.status, "stopping…");

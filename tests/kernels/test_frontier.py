@@ -28,7 +28,11 @@ def result(model_dir):
     from kernels.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(model_dir, device="cpu")
-    return frontier.frontier(loaded, frontier.heldout_data(model_dir, loaded, 24), SWEEP, batch=8)
+    heldout = frontier.heldout_data(model_dir, loaded, 24)
+    return frontier.frontier(loaded, heldout, SWEEP, batch=8, repeats=REPEATS)
+
+
+REPEATS = 3
 
 
 def _point(result, rule, setting, policy="best-available"):
@@ -59,6 +63,20 @@ def test_every_point_has_every_field_for_every_rule_and_policy(result):
         assert 0 < p["executed_fraction"] <= 1 and p["latency_ratio"] > 0
         assert p["decode_ms_per_token"] > 0 and p["decode_ratio"] > 0
         assert p["peak_kv_bytes"] > 0
+
+
+def test_latency_ratios_are_medians_of_repeats_with_their_range(result):
+    # full depth is each repeat's baseline: its own ratio is 1, with no spread
+    full = _point(result, "q-exit", "q=1.0")
+    assert [
+        full[f"{kind}_ratio{end}"]
+        for kind in ("latency", "decode")
+        for end in ("", "_low", "_high")
+    ] == [1.0] * 6
+    assert result["repeats"] == REPEATS and f"median of {REPEATS} repeats" in result["latency"]
+    for p in result["points"]:
+        for kind in ("latency", "decode"):
+            assert p[f"{kind}_ratio_low"] <= p[f"{kind}_ratio"] <= p[f"{kind}_ratio_high"], p
 
 
 def test_q_one_is_fixed_full_depth(result):

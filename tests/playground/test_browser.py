@@ -271,3 +271,46 @@ def test_compare_with_q_presets_streams_three_heatmaps_and_marks_what_differs(se
     assert ["q = 0.7" in cells[0], "q = 0.5" in cells[1], "q = 0.9" in cells[2]] == [True] * 3
     assert page.locator("#depth-row tbody tr").count() == 3 + 1  # each run's exits, the difference
     assert page.errors == []
+
+
+def _box(page, selector: str) -> dict:
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, selector
+    return box
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_form_shows_its_result_where_the_eye_is(served, browser, width) -> None:
+    page = browser.new_page(viewport={"width": width, "height": 800})
+    try:
+        # given the playground, with Run right under the prompt at either width
+        page.goto(f"{served.base}/playground/")
+        prompt, run = _box(page, "#id_prompt"), _box(page, "#run-button")
+        assert 0 <= run["y"] - (prompt["y"] + prompt["height"]) < 60
+        assert run["y"] + run["height"] < 800  # visible without scrolling
+        # and the model notes below the output; on a phone the output follows the form
+        form, output = _box(page, "#run-form"), _box(page, "#run")
+        assert _box(page, "#model-notes")["y"] > output["y"] + output["height"]
+        if width == 390:
+            assert 0 <= output["y"] - (form["y"] + form["height"]) < 40
+        # when an empty prompt is submitted with Ctrl+Enter
+        page.locator("#id_prompt").focus()
+        page.keyboard.press("Control+Enter")
+        # then its error sits beside Run, focused and in view
+        page.wait_for_function("() => document.activeElement?.id === 'form-errors'")
+        errors, run = _box(page, "#form-errors"), _box(page, ".run-actions-bar")
+        assert "Prompt" in page.locator("#form-errors").inner_text()
+        assert 0 <= errors["y"] - (run["y"] + run["height"]) < 20
+        assert run["y"] >= 0 and errors["y"] + errors["height"] < 800
+        # when a prompt is run with ⌘+Enter from the prompt box
+        page.locator("#id_prompt").fill("def add(a, b):")
+        page.locator("#id_prompt").press("Meta+Enter")
+        # then the output is focused and scrolled to the top of the view
+        page.wait_for_url("**/playground/runs/*/")
+        page.wait_for_function("() => document.activeElement?.id === 'run-heading'")
+        heading = _box(page, "#run-heading")
+        assert -2 <= heading["y"] < 100
+        assert page.locator("#form-errors").count() == 0  # the earlier error is gone
+        page.locator("#tokens .tok").first.wait_for()
+    finally:
+        page.close()

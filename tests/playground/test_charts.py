@@ -3,16 +3,17 @@
 import plotly.graph_objects as go
 import pytest
 
-from playground.charts import heatmap_figure
+from playground.charts import LABELLED_COLUMNS, heatmap_figure
+from playground.palette import loop_shades
 from tests.playground.conftest import make_event
 
 
 def test_an_empty_figure_has_a_row_per_loop_and_no_columns() -> None:
     figure = heatmap_figure(loops=4)
     go.Figure(figure)  # plotly's own schema validation
-    cumulative, skipped, exits, legend = figure["data"]
-    assert cumulative["y"] == [1, 2, 3, 4] and cumulative["z"] == [[], [], [], []]
-    assert (cumulative["zmin"], cumulative["zmax"]) == (0, 1)
+    computed, skipped, exits, legend = figure["data"]
+    assert computed["y"] == [1, 2, 3, 4] and computed["z"] == [[], [], [], []]
+    assert (computed["zmin"], computed["zmax"]) == (0.5, 4.5)  # one colour band per loop
     assert skipped["name"] == "not computed" and exits["name"] == "exit loop"
     assert legend["name"] == "not computed (skipped)"
     assert figure["layout"]["yaxis"]["range"] == [0.5, 4.5]
@@ -30,17 +31,56 @@ def test_each_token_is_a_column_its_skipped_loops_grey_and_its_exit_marked() -> 
     figure = heatmap_figure(loops=3, tokens=events)
     # then
     go.Figure(figure)
-    cumulative, skipped, exits, _ = figure["data"]
-    assert cumulative["x"] == skipped["x"] == exits["x"] == [0, 1, 2]
-    assert cumulative["z"] == [[0.3, 0.3, 0.3], [None, 0.6, 0.6], [None, pytest.approx(0.9), None]]
+    computed, skipped, exits, _ = figure["data"]
+    assert computed["x"] == skipped["x"] == exits["x"] == [0, 1, 2]
+    assert computed["z"] == [[1, 3, 2], [None, 3, 2], [None, 3, None]]  # coloured by exit loop
     assert skipped["z"] == [[None, None, None], [1, None, None], [1, None, 1]]
     assert exits["y"] == [1, 3, 2]
     assert "not computed (exited at loop 1)" in skipped["hovertext"][1][0]
-    hover = cumulative["hovertext"][1][2]
+    hover = computed["hovertext"][1][2]
     assert "loop 2 — exits here" in hover
     assert "λ 0.300 · p 0.300 · cumulative 0.600" in hover and "top: “a” 0.50" in hover
     boundary = figure["layout"]["shapes"]
     assert [(shape["name"], shape["x0"]) for shape in boundary] == [("prompt-boundary", 1.5)]
+    (label,) = figure["layout"]["annotations"]
+    assert (label["x"], label["text"]) == (1.5, "prompt ◂ ▸ generated")
+
+
+def test_the_heatmap_and_the_text_share_one_shade_per_loop() -> None:
+    # given a 4-loop figure
+    figure = heatmap_figure(loops=4)
+    scale = figure["data"][0]["colorscale"]
+    # then loop t's band of the colour scale is the text's shade for loop t
+    for loop, shade in enumerate(loop_shades(4), start=1):
+        assert figure["palette"][loop - 1] == {"background": shade.background, "text": shade.text}
+        band = scale[2 * loop - 2 : 2 * loop]  # [start, end] of loop t's flat band
+        assert band == [[(loop - 1) / 4, shade.background], [loop / 4, shade.background]]
+    # and loop 1 is the palest, the last the darkest
+    assert [s.background for s in loop_shades(4)][::3] == ["#fef3c7", "#1e3a8a"]
+
+
+@pytest.mark.parametrize("loops", [1, 2, 3, 4, 6, 8, 12, 16, 32])
+def test_every_shade_reads_at_aa_contrast(loops) -> None:
+    for shade in loop_shades(loops):
+        assert _contrast(shade.background, shade.text) >= 4.5, (loops, shade)
+
+
+def _contrast(a: str, b: str) -> float:
+    def luminance(colour: str) -> float:
+        rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_a_short_run_labels_its_axis_with_token_text_and_a_long_one_does_not() -> None:
+    short = [make_event(i, "prompt") | {"text": t} for i, t in enumerate(["de", "f ", "<x>"])]
+    axis = heatmap_figure(loops=4, tokens=short)["layout"]["xaxis"]
+    assert (axis["tickvals"], axis["ticktext"]) == ([0, 1, 2], ["de", "f␣", "&lt;x&gt;"])
+    long = [make_event(i, "prompt") for i in range(LABELLED_COLUMNS + 1)]
+    assert "tickvals" not in heatmap_figure(loops=4, tokens=long)["layout"]["xaxis"]
 
 
 def test_extrapolated_loops_are_marked_beyond_the_trained_depth() -> None:

@@ -11,7 +11,7 @@ from playground import services
 from playground.comparison import comparison_of
 from playground.models import Run, RunToken
 from playground.pages import run_view
-from playground.siblings import preset_variants, sibling_params
+from playground.siblings import FREE_RUNNING, SAME_TEXT, TEXT_OF, preset_variants, sibling_params
 from tests.playground.conftest import PROMPT, make_event
 
 SETTINGS = ("exit_rule", "q", "kl_threshold", "fixed_loops", "act_eps", "kv_policy")
@@ -69,7 +69,8 @@ def test_siblings_share_prompt_model_and_seed_and_differ_only_in_the_setting(
     for sibling, change in zip(siblings, changed, strict=True):
         assert (sibling.prompt, sibling.model, sibling.compare_of) == (PROMPT, "ouro-tiny", origin)
         assert sibling.params["seed"] == 11 and sibling.params["temperature"] == 0.8
-        # and each differs from the run in the chosen setting only
+        # and each is scored on the run's text (the default mode), with the chosen setting
+        assert sibling.params.pop(TEXT_OF) == str(origin.id)
         differing = {k: v for k, v in sibling.params.items() if own.get(k) != v}
         assert differing == change
         assert set(differing) <= set(SETTINGS)
@@ -228,7 +229,6 @@ def test_the_compare_csv_has_one_row_per_position_and_run(client, three) -> None
     [
         ("", "give 1 to 3"),
         ("not-a-uuid", "is not a run id"),
-        (str(uuid.UUID(int=7)), "no run with id"),
         ("many", "at most 3 runs"),
         ("twice", "more than once"),
         ("other prompt", "different prompts"),
@@ -253,12 +253,20 @@ def test_the_compare_api_answers_400_naming_each_bad_input(
 
 
 @pytest.mark.django_db
+def test_the_compare_api_answers_404_naming_a_well_formed_id_of_no_run(client, three) -> None:
+    missing = str(uuid.UUID(int=7))
+    response = client.get(f"/api/v1/runs/compare/?runs={three[0].id},{missing}")
+    assert response.status_code == 404
+    assert response.json()["detail"] == f"no run with id {missing}"
+
+
+@pytest.mark.django_db
 def test_the_compare_api_is_in_the_schema(client) -> None:
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     operation = schema["paths"]["/api/v1/runs/compare/"]["get"]
     query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
     assert query["runs"]["required"] and "csv" in query["format"]["schema"]["enum"]
-    assert {"200", "400"} <= set(operation["responses"])
+    assert {"200", "400", "404"} <= set(operation["responses"])
 
 
 # -- the pages
@@ -314,10 +322,12 @@ def test_compare_with_a_free_choice_changes_what_was_chosen(
                 "compare-first_exit_rule": "q-exit",
                 "compare-first_q": "0.7",
                 "compare-first_kv_policy": "select",
+                "compare-mode": FREE_RUNNING,
             },
         )
     (sibling,) = Run.objects.filter(compare_of=origin)
     own = sibling_params(origin, {})
+    assert TEXT_OF not in sibling.params  # free-running: it writes its own text
     assert {k: v for k, v in sibling.params.items() if own[k] != v} == {"kv_policy": "select"}
 
 
@@ -338,3 +348,41 @@ def test_the_compare_view_marks_the_divergence_and_refreshes_its_comparison_alon
     html = region.content.decode()
     assert html.lstrip().startswith('<div id="comparison"') and 'data-live="true"' in html
     assert "data-heatmap" not in html
+
+
+@pytest.mark.django_db
+def test_a_same_text_comparison_compares_every_position_and_says_so(client, run_factory) -> None:
+    # given a run and a sibling scored on its tokens, deeper at every other position
+    events = [_event(p, 100 + p, 2, [[101 + p, "x", 0.5]]) for p in range(8)]
+    origin = _stored(run_factory(status=Run.Status.DONE), events)
+    forced = [e | {"exit_loop": 3 if e["position"] % 2 else 2} for e in events]
+    params = {"q": 0.9, "seed": 0, TEXT_OF: str(origin.id)}
+    sibling = _stored(run_factory(status=Run.Status.DONE, params=params, compare_of=origin), forced)
+    # when they are compared
+    comparison = comparison_of(_views(origin, sibling))
+    # then it is a same-text comparison and every position's depth is compared
+    assert comparison.mode == SAME_TEXT and comparison.divergence is None
+    assert [p.difference for p in comparison.positions] == [0, 1] * 4
+    # and the page, the JSON and the CSV carry the mode
+    ids = f"{origin.id},{sibling.id}"
+    page = client.get(f"/playground/compare/?runs={ids}").content.decode()
+    assert 'data-mode="same-text"' in page and "scored on run A’s tokens" in page
+    data = client.get(f"/api/v1/runs/compare/?runs={ids}").json()
+    assert data["mode"] == SAME_TEXT
+    rows = list(
+        csv.reader(
+            io.StringIO(client.get(f"/api/v1/runs/compare/?runs={ids}&format=csv").content.decode())
+        )
+    )
+    assert rows[0][0] == "mode" and {row[0] for row in rows[1:]} == {SAME_TEXT}
+    # and two free runs read as free-running
+    free = _stored(run_factory(status=Run.Status.DONE), events)
+    assert comparison_of(_views(origin, free)).mode == FREE_RUNNING
+
+
+@pytest.mark.django_db
+def test_same_text_waits_for_the_run_to_end(run_factory) -> None:
+    running = run_factory(status=Run.Status.RUNNING)
+    with pytest.raises(services.ValidationError) as refused:
+        services.run_compare_submit(run=running, variants=[{"q": 0.5}], visitor="session:v")
+    assert "mode" in refused.value.message_dict

@@ -1,7 +1,7 @@
 """The run view says why an answer position is deep: its task difficulty by its exit loop."""
 
 from playground.charts import heatmap_figure
-from playground.explain import token_reasons
+from playground.explain import answer_marks, token_reasons
 from tests.playground.conftest import make_event
 
 
@@ -48,3 +48,33 @@ def test_the_exit_marker_hover_names_the_difficulty():
     hovers = figure["data"][2]["hovertext"]
     assert hovers[8].endswith("exits at loop 2 (next token: 1 hop)")
     assert hovers[9].endswith("exits at loop 2")
+
+
+def test_each_generated_hops_answer_is_marked_right_or_wrong_with_what_was_expected():
+    # given a prompt of two queries (f1 = d, f3 = h) and generated answers d (right), x
+    prompt = "ga dc fd be af eg ch hb;f1="
+    events = [make_event(0, "prompt") | {"text": prompt}] + [
+        make_event(i, "generated") | {"text": c} for i, c in enumerate("d\nf3=x", start=1)
+    ]
+    # when
+    marks = answer_marks(task="hops", tokens=events)
+    # then only the two answer tokens are marked, with the expected letter
+    assert [(m.right, m.expected) if m else None for m in marks] == [
+        None,
+        (True, "d"),
+        None,
+        None,
+        None,
+        None,
+        (False, "h"),
+    ]
+    assert marks[6].title == "answer ✗: expected 'h'"
+
+
+def test_a_sums_digits_are_marked_and_a_text_model_is_not():
+    events = [make_event(0, "prompt") | {"text": "99+01="}] + [
+        make_event(i, "generated") | {"text": c} for i, c in enumerate("190", start=1)
+    ]
+    marks = answer_marks(task="addition", tokens=events)
+    assert [m.symbol if m else None for m in marks] == [None, "✓", "✗", "✓"]  # 100
+    assert answer_marks(task="text", tokens=events) == [None] * 4

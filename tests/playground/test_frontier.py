@@ -1,11 +1,15 @@
 """The Frontier view: every model's stored frontier as a chart, a table and a CSV link."""
 
 import json
+import re
 import shutil
+from html import escape as html_escape
+from html import unescape as html_unescape
 
 import pytest
 from django.conf import settings as django_settings
 
+from playground.frontier import point_label
 from tests.playground.conftest import TINY
 
 POINTS = [
@@ -55,7 +59,7 @@ def test_the_page_lists_each_models_points_summary_and_csv(client, two_models):
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert html.count('class="frontier-chart"') == 2 and html.count("<tbody>") == 2
+    assert html.count('class="frontier-chart"') == 2 * 2 and html.count("<tbody>") == 2
     assert "task in one line" in html and "exact match" in html
     assert 'href="/playground/frontier/task.csv"' in html
     assert "No frontier stored for this model yet" in html  # the bare fixture
@@ -80,6 +84,10 @@ def test_the_shipped_models_have_stored_frontiers():
         assert rules == {"q-exit", "convergence", "fixed", "ponder", "act"}, name
 
 
+FRONTIER = {"loops": 6, "decoding": "greedy", "new_tokens": 2}
+MEASURED = {"loops": "6", "decoding": "greedy", "max_new_tokens": "2"}
+
+
 @pytest.mark.parametrize(
     ("point", "fields"),
     [
@@ -94,25 +102,135 @@ def test_the_shipped_models_have_stored_frontiers():
 def test_a_points_setting_becomes_the_forms_fields(point, fields):
     from playground.frontier import point_settings
 
-    expected = {"exit_rule": point["rule"], **fields}
+    expected = {"exit_rule": point["rule"], **MEASURED, **fields}
     if "policy" in point:
         expected["kv_policy"] = point["policy"]
-    assert point_settings(point) == expected
+    assert point_settings(point, FRONTIER) == expected
 
 
 @pytest.mark.django_db
 def test_each_row_links_to_try_its_setting_in_the_prefilled_form(client, two_models):
-    # given the frontier page
-    html = client.get("/playground/frontier/").content.decode()
+    # given the frontier page with every point
+    html = client.get("/playground/frontier/?points=all").content.decode()
     # then each point of a model with a frontier links to the playground with its setting
     assert html.count(">try this setting</a>") == 2 * len(POINTS)
-    link = "/playground/?model=task&amp;exit_rule=fixed&amp;kv_policy=best-available&amp;loops=1"
+    link = (
+        "/playground/?model=task&amp;exit_rule=fixed&amp;kv_policy=best-available&amp;loops=1"
+        "&amp;decoding=greedy&amp;frontier_point=fixed+k%3D1+%C2%B7+best-available"
+    )
     assert f'href="{link}"' in html
-    # and following a link fills the form with it
+    # and following a link fills the form with it, and says where it came from
     form = client.get(link.replace("&amp;", "&")).content.decode()
     assert '<option value="task" selected' in form
     assert '<option value="fixed" selected' in form
     assert 'name="loops" value="1"' in form
+    assert "Settings of frontier point <strong>fixed k=1 · best-available</strong>" in form
+
+
+def _expected_run(model: str, frontier: dict, point: dict) -> dict:
+    """The run parameters a point was measured with, read from the point by hand."""
+    name, _, value = point["setting"].replace("kl<", "kl=").partition("=")
+    expected = {
+        "model": model,
+        "exit_rule": point["rule"],
+        "kv_policy": point["policy"],
+        "loops": frontier["loops"],
+        "extrapolate": False,
+        "max_new_tokens": frontier["new_tokens"],
+        "temperature": 0.0,  # greedy, as the sweep decodes
+    }
+    if name == "k":
+        expected |= {"loops": int(value), "fixed_loops": int(value)}
+    else:
+        field = {"q": "q", "kl": "kl_threshold", "eps": "act_eps", "seed": "seed"}[name]
+        expected[field] = int(value) if name == "seed" else float(value)
+    return expected
+
+
+def _submitted(form) -> dict:
+    """What the browser posts for a form as it was rendered (its initial values)."""
+    values = {name: form[name].value() for name in form.fields}  # 0 == False: keep ints
+    values = {name: str(v) if type(v) in (int, float) else v for name, v in values.items()}
+    return {name: value for name, value in values.items() if value not in (None, False, "")}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["pydoc-loop", "hop-loop"])
+def test_every_shipped_frontier_point_links_to_a_form_that_runs_exactly_it(client, name):
+    # given the shipped model's stored frontier and its page's links
+    from playground.checkpoints import model_frontier, model_get
+    from playground.forms import RunForm
+
+    frontier = model_frontier(model=model_get(name=name))
+    page = client.get("/playground/frontier/?points=all").content.decode()
+    section = page.split(f"<code>{name}</code>")[1]
+    links = re.findall(r'<a href="([^"]+)">try this setting</a>', section.split("</section>")[0])
+    assert len(links) == len(frontier["points"]) > 50
+    for link, point in zip(links, frontier["points"], strict=True):
+        # when a visitor follows the point's link and presses Run as the form stands
+        response = client.get(html_unescape(link))
+        form = RunForm(_submitted(response.context["form"]))
+        # then the run's settings are the point's, whatever the model's own defaults
+        assert form.is_valid(), (point, form.errors)
+        run = form.run_parameters()
+        expected = _expected_run(name, frontier, point)
+        assert {key: run[key] for key in expected} == expected, point
+        # and the form names the point it came from
+        assert f"Settings of frontier point <strong>{html_escape(point_label(point))}" in (
+            response.content.decode()
+        )
+
+
+@pytest.mark.django_db
+def test_a_link_naming_a_model_starts_from_that_models_defaults(client):
+    # given the default model is the tiny fixture (greedy, 64 tokens) and hop-loop asks
+    # for q = 0.7 and 2 new tokens while pydoc-loop asks for seeded sampling
+    # when a link names only the model
+    hop = client.get("/playground/?model=hop-loop").context["form"]
+    pydoc = client.get("/playground/?model=pydoc-loop").context["form"]
+    # then each form starts from that model's settings
+    assert (hop["loops"].value(), hop["max_new_tokens"].value()) == (6, 2)
+    assert hop["decoding"].value() == "greedy"
+    assert (pydoc["loops"].value(), pydoc["decoding"].value()) == (4, "sample")
+    assert (pydoc["temperature"].value(), pydoc["top_p"].value()) == (0.8, 0.95)
+
+
+@pytest.mark.django_db
+def test_the_table_starts_with_the_pareto_points_against_full_depth(client, two_models):
+    # given points where ponder (0.55 of the work, 0.7) is beaten by q = 0.5 (0.5, 0.8)
+    html = client.get("/playground/frontier/").content.decode()
+    # then the table lists the other three, and says how to see all four
+    section = html.split("<code>task</code>")[1].split("</section>")[0]
+    rows = re.findall(r'<th scope="row" data-label="setting" data-value="([^"]+)"', section)
+    assert rows == ["q-exit q=0.5", "q-exit q=1.0", "fixed k=1"]
+    assert "The 3 Pareto points of 4" in section and "Show all 4 points" in section
+    # and each states its accuracy against full depth (q = 1: 0.9), and KV in bytes people read
+    assert 'data-label="Δ vs full depth" data-value="-0.1">-0.100<' in section
+    assert '<span class="badge">full depth</span>' in section
+    assert ">1000 B<" in section
+
+
+def test_pareto_points_are_those_no_point_beats_on_both_accuracy_and_work():
+    from playground.frontier import pareto_keys
+
+    points = [
+        {"accuracy": 0.5, "executed_fraction": 0.5},
+        {"accuracy": 0.5, "executed_fraction": 0.6},  # same accuracy, more work
+        {"accuracy": 0.4, "executed_fraction": 0.3},
+        {"accuracy": 0.9, "executed_fraction": 1.0},
+        {"accuracy": 0.9, "executed_fraction": 1.0},  # a tie: neither beats the other
+        {"accuracy": 0.3, "executed_fraction": 0.4},  # beaten by the 0.4 at 0.3
+    ]
+    assert pareto_keys(points) == {0, 2, 3, 4}
+
+
+def test_a_ratio_reads_as_its_median_and_the_range_of_its_repeats():
+    from playground.frontier import frontier_rows
+
+    point = POINTS[0] | {"latency_ratio_low": 0.41, "latency_ratio_high": 0.58, "decode_ratio": 1}
+    (row,) = frontier_rows({"points": [point | {"peak_kv_bytes": 15_079_936}]})
+    assert row["prefill"] == "0.50× (0.41–0.58)" and row["decode"] == "1.00×"
+    assert row["peak_kv"] == "14.4 MiB"
 
 
 @pytest.mark.browser
@@ -124,22 +242,33 @@ def test_chromium_renders_both_models_charts_and_tables(browser, live_server, tw
     try:
         page.goto(f"{live_server.url}/playground/frontier/")
         page.wait_for_function(
-            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 2",
+            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 4",
             timeout=15_000,
         )
         traces = page.evaluate(
             "[...document.querySelectorAll('.frontier-chart')].map(c => c.data.map(t => t.name))"
         )
         rows = page.locator(".frontier-table tbody tr").count()
+        # the headers sort the table: accuracy, then reversed
+        table = page.locator("#frontier-1 .frontier-table")
+        table.get_by_role("button", name="exact match").click()
+        first = "document.querySelector('#frontier-1 tbody tr th').dataset.value"
+        ascending = page.evaluate(first)
+        table.get_by_role("button", name="exact match").click()
+        descending = page.evaluate(first)
+        # and on a phone the page does not scroll sideways
+        page.set_viewport_size({"width": 390, "height": 800})
+        page.wait_for_timeout(300)
+        width = page.evaluate("document.documentElement.scrollWidth")
     finally:
         page.close()
 
     assert errors == []
-    assert (
-        traces
-        == [["q-exit · best-available", "fixed · best-available", "ponder · best-available"]] * 2
-    )
-    assert rows == 2 * len(POINTS)
+    rules = ["q-exit · best-available", "fixed · best-available", "ponder · best-available"]
+    assert traces == [["Pareto envelope", *rules], rules] * 2  # work view, latency view
+    assert rows == 2 * 3  # the Pareto points
+    assert (ascending, descending) == ("fixed k=1", "q-exit q=1.0")
+    assert width <= 390
 
 
 @pytest.mark.browser

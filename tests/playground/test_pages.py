@@ -68,7 +68,7 @@ def test_the_page_shows_every_control_labelled_and_an_empty_heatmap(client, sett
     assert re.search(r'<option value="ouro-tiny" [^>]*data-loops="4" data-max-loops="8"', page)
     assert "ouro-tiny (T = 4)" in page
     assert re.search(r'name="max_new_tokens"[^>]*max="256"', page)
-    assert re.search(r'<button type="submit" id="run-button">Run</button>', page)
+    assert re.search(r'<button type="submit" id="run-button"[^>]*>Run</button>', page)
     assert 'method="post" action="/playground/"' in page  # works without JavaScript
     figure = _json_script(response, "heatmap-figure")
     assert figure["data"][0]["y"] == [1, 2, 3, 4]
@@ -86,7 +86,7 @@ def test_a_missing_checkpoint_is_named_and_the_form_cannot_run(client, settings,
     assert response.status_code == 200
     assert "The playground has no model it can run" in page
     assert f"the checkpoint directory {tmp_path / 'nowhere'} is missing" in page
-    assert '<button type="submit" id="run-button" disabled>Run</button>' in page
+    assert re.search(r"<button type=\"submit\" id=\"run-button\"[^>]* disabled>Run</button>", page)
 
 
 def test_with_no_model_configured_the_page_still_renders(client, settings) -> None:
@@ -121,7 +121,7 @@ def test_a_permalink_replays_the_stored_tokens(client, run_factory) -> None:
     assert len(re.findall(r'<span class="tok[^"]*" data-position="\d+"', page)) == 5
     figure = _json_script(response, "heatmap-figure")
     assert figure["data"][0]["x"] == [0, 1, 2, 3, 4]
-    assert figure["data"][0]["z"][0] == [0.3] * 5  # cumulative at loop 1
+    assert figure["data"][0]["z"][0] == [2] * 5  # computed at loop 1, shaded by exit loop 2
     assert figure["data"][1]["z"][3] == [1] * 5  # loop 4 was never computed: grey
     assert figure["data"][2]["y"] == [2] * 5  # the exit loop markers
     assert [s["x0"] for s in figure["layout"]["shapes"]] == [2.5]  # prompt | generated
@@ -155,7 +155,9 @@ def test_a_task_models_permalink_says_why_an_answer_is_deep(
     # then the position that wrote the answer, and its exit marker, name the answer's hops
     page = response.content.decode()
     assert 'title="#8 · exit loop 3 · next token: 3 hops"' in page
-    assert page.count(' hops"') == 1
+    assert len(re.findall(r'title="[^"]* hops"', page)) == 1
+    # and the answer it wrote is marked right, with the expected answer in its title
+    assert 'data-mark="✓"' in page and "answer ✓: expected &#x27;b&#x27;" in page
     hovers = _json_script(response, "heatmap-figure")["data"][2]["hovertext"]
     assert hovers[8].endswith("exits at loop 3 (next token: 3 hops)")
 

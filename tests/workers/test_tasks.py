@@ -192,3 +192,38 @@ def test_a_database_error_on_a_live_connection_fails_the_run_as_a_worker_error(r
 
     run.refresh_from_db()
     assert run.error == "the worker hit an error: OperationalError"
+
+
+def test_a_same_text_sibling_is_scored_on_the_runs_tokens_as_the_engine_scores_them(db):
+    # given a finished sampled run, and its sibling at q 0.3 with select KV in same-text mode
+    from kernels.checkpoint import load_checkpoint
+    from kernels.engine import Engine
+    from kernels.rules import QExit
+    from playground.checkpoints import model_get
+    from playground.comparison import runs_compare
+
+    origin = services.run_submit(prompt=PROMPT, max_new_tokens=8, temperature=0.9, seed=5)
+    tasks.run_generate(str(origin.id))
+    origin.refresh_from_db()
+    (sibling,) = services.run_compare_submit(
+        run=origin, variants=[{"q": 0.3, "kv_policy": "select"}]
+    )
+    # when the worker runs it
+    tasks.run_generate(str(sibling.id))
+    # then it holds the run's tokens, each with the exit the engine gives it on that text
+    sibling.refresh_from_db()
+    ids = list(origin.tokens.order_by("position").values_list("token_id", flat=True))
+    forced = list(sibling.tokens.order_by("position"))
+    assert sibling.status == "done" and [token.token_id for token in forced] == ids
+    assert [t.phase for t in forced] == list(
+        origin.tokens.order_by("position").values_list("phase", flat=True)
+    )
+    loaded = load_checkpoint(model_get(name=sibling.model).path, device="cpu")
+    engine = Engine(loaded.model, QExit(0.3), "select", trace=True)
+    direct = engine.prompt_records(engine.prefill([ids]))
+    assert [token.exit_loop for token in forced] == [record.exit_loop for record in direct]
+    # and their comparison is in same-text mode, every position compared
+    comparison = runs_compare(raw=f"{origin.id},{sibling.id}")
+    assert comparison.mode == "same-text" and comparison.divergence is None
+    assert all(position.compared for position in comparison.positions)
+    assert len(comparison.positions) == len(ids)
