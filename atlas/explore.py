@@ -51,6 +51,7 @@ class ExplorePage:
     figure: dict | None = None
     cache_key: str = ""  # the data version and the search: what the fragments depend on
     cache_seconds: int = 0
+    authors: list[Author] = field(default_factory=list)  # the ``author`` filter's, by name
 
     @property
     def total(self) -> int:
@@ -146,6 +147,7 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
         figure=summary.figure,
         cache_key=key,
         cache_seconds=settings.EXPLORE_CACHE_SECONDS,
+        authors=list(Author.objects.filter(slug__in=filterset.form.cleaned_data["author"])),
     )
 
 

@@ -161,3 +161,15 @@ def test_an_author_page_is_paged_newest_first(client) -> None:
     slugs = first + second
     months = dict(Work.objects.values_list("slug", "month"))
     assert len(set(slugs)) == 30 and [months[s] for s in slugs] == sorted(months.values())[::-1]
+
+
+@pytest.mark.django_db
+def test_explore_keeps_the_author_filter_when_other_filters_change(client) -> None:
+    _load([make_row(1, authors=["Ana Pérez"]), make_row(2, authors=["Bo Li"])])
+    page = client.get("/", {"author": "ana-perez"}).content.decode()
+    # the form carries the author, so ticking a facet keeps it, and says whose works these are
+    assert '<input type="hidden" name="author" value="ana-perez">' in page
+    assert (
+        'Works by <input type="hidden" name="author" value="ana-perez">'
+        '<a href="/authors/ana-perez/">Ana Pérez</a>' in page
+    )
