@@ -1,5 +1,6 @@
 """What the Explore page shows for a query string: results, facet panels, timeline."""
 
+import hashlib
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -126,7 +127,8 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
     kept = params.copy()
     kept.pop("page", None)  # every page of a search shares its aggregates
-    key = f"{data_version().tag}:{query_normalised(kept)}"
+    search = hashlib.sha256(query_normalised(kept).encode()).hexdigest()  # bounded, any query
+    key = f"{data_version().tag}:{search}"
     summary: ExploreSummary | None = cache.get(f"explore:{key}")
     if summary is None:
         summary = _summary(filterset, params)
