@@ -8,8 +8,7 @@ import pytest
 from atlas.explore import PAGE_SIZE
 from atlas.models import Suggestion, Work
 from atlas.related import related_refresh
-from atlas.services import suggestion_approve, suggestion_submit
-from tests.atlas.conftest import load_rows
+from tests.atlas.conftest import approve_kv, load_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -146,13 +145,7 @@ def test_explore_counts_the_data_of_now_after_a_reviewed_change(client, small_at
     # given Explore's counts of the loaded version
     before = client.get("/?kv_strategy=no-kv")
     # when a reviewed change makes a new version
-    suggestion = suggestion_submit(
-        work=Work.objects.get(slug="universal-transformers"),
-        field="kv_strategy",
-        proposed_value="no-kv",
-        rationale="It says so.",
-    )
-    suggestion_approve(suggestion=suggestion, reviewer=curator)
+    approve_kv(curator)
     # then the same search lists one more work, and its facet panel counts it
     after = client.get("/?kv_strategy=no-kv")
     assert len(_slugs(after)) == len(_slugs(before)) + 1
