@@ -22,7 +22,8 @@ run: setup
 		--concurrency $${PLAYGROUND_BATCH:-8} --loglevel INFO \
 		--logfile var/worker.log & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
-	DEBUG=1 $(PY) -m uvicorn loopatlas.asgi:application --host 127.0.0.1 --port 8000
+	DEBUG=1 $(PY) -m uvicorn loopatlas.asgi:application --host 127.0.0.1 --port 8000 \
+		--no-proxy-headers
 
 test: setup
 	$(PY) -m pytest

@@ -1,11 +1,15 @@
-"""Curators' side: works, the review queue of suggestions, and the change history."""
+"""Curators' side: works, the review queues of suggestions and proposals, and the change
+history."""
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
-from atlas import records, services
-from atlas.models import AtlasChange, FieldChange, Suggestion, Work, WorkTag
+from atlas import proposals, records, services
+from atlas.duplicates import POSSIBLE_DUPLICATE_RATIO, matches
+from atlas.models import AtlasChange, FieldChange, Proposal, Suggestion, Work, WorkTag
 
 
 class WorkTagInline(admin.TabularInline):
@@ -120,6 +124,66 @@ class SuggestionAdmin(admin.ModelAdmin):
                 done += 1
         if done:
             self.message_user(request, f"{done} suggestion(s) {verb}.", messages.SUCCESS)
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    """The intake queue: a curator sees a proposal beside its possible duplicates, may edit
+    any field, and accepts it (the work is added, a new data version) or rejects it with
+    a public reason. Both buttons save the edits first."""
+
+    change_form_template = "admin/atlas/proposal/change_form.html"
+    list_display = ["id", "title", "arxiv_id", "status", "created_at", "reviewed_at"]
+    list_display_links = ["id", "title"]
+    list_filter = ["status"]
+    search_fields = ["title", "arxiv_id", "url", "summary"]
+    readonly_fields = [
+        "possible_duplicates",
+        "contact",
+        "status",
+        "created_at",
+        "reviewed_by",
+        "reviewed_at",
+        "work",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Proposal | None = None) -> bool:
+        reviewed = obj is not None and obj.status != Proposal.Status.PENDING
+        return not reviewed and super().has_change_permission(request, obj)
+
+    @admin.display(description="possible duplicates")
+    def possible_duplicates(self, proposal: Proposal) -> str:
+        candidates = proposals.duplicate_candidates(exclude=proposal)
+        found = matches(
+            title=proposal.title,
+            arxiv_id=proposal.arxiv_id,
+            candidates=candidates,
+            ratio=POSSIBLE_DUPLICATE_RATIO,
+            main_titles=True,
+        )
+        if not found:
+            return "None found."
+        rows = ((m.candidate.url, m.candidate.title, m.reason) for m in found)
+        return format_html(
+            "<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> ({})</li>', rows)
+        )
+
+    def response_change(self, request: HttpRequest, obj: Proposal) -> HttpResponse:
+        review = {"_accept": proposals.proposal_accept, "_reject": proposals.proposal_reject}
+        chosen = [name for name in review if name in request.POST]
+        if not chosen:
+            return super().response_change(request, obj)
+        try:
+            done = review[chosen[0]](proposal=obj, reviewer=request.user, note=obj.review_note)
+        except services.ReviewError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        verb = "accepted: its work is in the atlas" if done.work else "rejected"
+        self.message_user(request, f"Proposal #{done.pk} {verb}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:atlas_proposal_changelist"))
 
 
 @admin.register(AtlasChange)

@@ -20,7 +20,7 @@ def _date(row: Row, separator: str) -> str:
     return year if row["month_estimated"] else f"{year}{separator}{month}"
 
 
-def _abstract_url(row: Row) -> str | None:
+def paper_url(row: Row) -> str | None:
     if row["url"]:
         return row["url"]
     return f"https://arxiv.org/abs/{row['arxiv_id']}" if row["arxiv_id"] else None
@@ -37,7 +37,7 @@ def citation_meta(row: Row) -> list[tuple[str, str]]:
     if row["arxiv_id"]:
         tags.append(("citation_arxiv_id", row["arxiv_id"]))
         tags.append(("citation_pdf_url", f"https://arxiv.org/pdf/{row['arxiv_id']}"))
-    abstract = _abstract_url(row)
+    abstract = paper_url(row)
     if abstract:
         tags.append(("citation_abstract_html_url", abstract))
     return tags
@@ -56,7 +56,7 @@ def scholarly_article(row: Row) -> dict[str, Any]:
         "url": row["page_url"],
         "keywords": [row["recurrence_family"], *row["topics"]],
     }
-    same_as = [url for url in (_abstract_url(row), row["code_url"]) if url]
+    same_as = [url for url in (paper_url(row), row["code_url"]) if url]
     if same_as:
         article["sameAs"] = same_as
     if row["arxiv_id"]:

@@ -1,14 +1,18 @@
-"""Reading the curated data file (``atlas/data/works.yaml``) into checked records.
+"""The curated data file (``atlas/data/works.yaml``): reading it into checked records, and
+writing the atlas back in its format (``dump_atlas``).
 
 Every row is checked before anything is written, and every problem is reported with
 the row's position, so one run shows a curator all there is to fix.
 """
 
+import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from atlas.records import RecordError, WorkRecord, record_from_row
+from atlas import taxonomy
+from atlas.records import FIELD_RULES, RecordError, WorkRecord, record_from_row
 from atlas.rules import rules_broken
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "works.yaml"
@@ -62,3 +66,59 @@ def records_from_file(path: Path, *, rules: bool = True) -> list[WorkRecord]:
     if problems:
         raise DataFileError(path, problems)
     return records
+
+
+# The data file's field order: a work's facts, then single- and multi-valued facets.
+FILE_FIELDS = (
+    *(name for name in FIELD_RULES if name not in {*taxonomy.FACETS_BY_NAME, "topics", "evidence"}),
+    *(facet.name for facet in taxonomy.SINGLE_FACETS),
+    *(facet.name for facet in taxonomy.MULTI_FACETS),
+    "topics",
+)
+PLAIN_FIELDS = frozenset({"n", "slug", "facts_confidence", *taxonomy.FACETS_BY_NAME, "topics"})
+
+
+def _scalar(value: Any, *, plain: bool) -> str:
+    if value is None or value == "":
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or plain:
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)  # a YAML double-quoted scalar
+
+
+def _value(name: str, value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_scalar(item, plain=name in PLAIN_FIELDS) for item in value) + "]"
+    return _scalar(value, plain=name in PLAIN_FIELDS)
+
+
+def row_text(row: dict[str, Any]) -> str:
+    """One work as the data file writes it (``row`` as ``services.work_state`` gives it)."""
+    lines = [f"- n: {row['n']}"]
+    lines += [f"  {name}: {_value(name, row[name])}" for name in FILE_FIELDS if name != "n"]
+    if row.get("evidence"):
+        lines.append("  evidence:")
+        for facet, basis in row["evidence"].items():
+            lines.append(f"    {facet}:")
+            lines += [f"      {key}: {_scalar(text, plain=False)}" for key, text in basis.items()]
+    return "\n".join(lines) + "\n"
+
+
+def file_header(path: Path) -> str:
+    """The comment block that opens a data file (kept when the file is written again)."""
+    source = path if path.exists() else DEFAULT_PATH
+    header = []
+    for line in source.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith("works:"):
+            break
+        header.append(line)
+    return "".join(header)
+
+
+def file_text(rows: list[dict[str, Any]], *, header: str) -> str:
+    """The data file holding ``rows`` (in order of ``n``): the same rows always give the
+    same bytes, so a dump after accepting a work differs only by that work."""
+    body = "".join(row_text(row) for row in sorted(rows, key=lambda row: row["n"]))
+    return f"{header}works:\n{body}"

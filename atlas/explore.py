@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.http import QueryDict
 
@@ -10,11 +12,13 @@ from atlas.filters import WorkFilter
 from atlas.models import TOPIC
 from atlas.selectors import (
     FacetCounts,
+    data_version,
     facet_counts,
     timeline_counts,
     timeline_points,
     work_filter,
 )
+from loopatlas.querystring import query_normalised
 
 PAGE_SIZE = 25
 TOPICS_SHOWN = 15
@@ -44,6 +48,8 @@ class ExplorePage:
     panels: list[FacetPanel]
     page: Page | None = None
     figure: dict | None = None
+    cache_key: str = ""  # the data version and the search: what the fragments depend on
+    cache_seconds: int = 0
 
     @property
     def total(self) -> int:
@@ -98,24 +104,52 @@ class CountedPaginator(Paginator):
         return self._known_count
 
 
+@dataclass(frozen=True)
+class ExploreSummary:
+    """What a search's aggregates give the page: one version's answer for its filters."""
+
+    total: int
+    counts: FacetCounts
+    figure: dict
+
+
 def explore_page(*, params: QueryDict) -> ExplorePage:
     """The page for these parameters; invalid ones give the panels and the errors only.
 
-    The timeline's counts per month and family also give the total, so the results
-    need no separate count.
+    The aggregates (counts per facet value, the timeline, the total) cost the most at
+    scale and depend only on the data version and the filters, so they are cached under
+    both (``cache_key``, which the template's fragments of them use too): nothing cached
+    can go stale. The page of results is read each time.
     """
     filterset = work_filter(params=params)
     if not filterset.is_valid():
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
+    kept = params.copy()
+    kept.pop("page", None)  # every page of a search shares its aggregates
+    key = f"{data_version().tag}:{query_normalised(kept)}"
+    summary: ExploreSummary | None = cache.get(f"explore:{key}")
+    if summary is None:
+        summary = _summary(filterset, params)
+        cache.set(f"explore:{key}", summary, settings.EXPLORE_CACHE_SECONDS)
+    page = CountedPaginator(filterset.qs, PAGE_SIZE, count=summary.total)
+    return ExplorePage(
+        filterset=filterset,
+        panels=facet_panels(filterset, summary.counts),
+        page=page.get_page(params.get("page")),
+        figure=summary.figure,
+        cache_key=key,
+        cache_seconds=settings.EXPLORE_CACHE_SECONDS,
+    )
+
+
+def _summary(filterset: WorkFilter, params: QueryDict) -> ExploreSummary:
+    """The timeline's counts per month and family also give the total, so the results
+    need no separate count."""
     works = filterset.qs
     buckets = timeline_counts(queryset=works)
     total = sum(bucket.works for bucket in buckets)
-    page = CountedPaginator(works, PAGE_SIZE, count=total).get_page(params.get("page"))
     if total <= charts.TIMELINE_MAX_POINTS:
         figure = charts.timeline_dots(timeline_points(queryset=works))
     else:
         figure = charts.timeline_bars(buckets, _bar_link(params))
-    counts = facet_counts(filterset=filterset)
-    return ExplorePage(
-        filterset=filterset, panels=facet_panels(filterset, counts), page=page, figure=figure
-    )
+    return ExploreSummary(total, facet_counts(filterset=filterset), figure)

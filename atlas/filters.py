@@ -20,7 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from atlas import taxonomy
-from atlas.models import TOPIC, Work, WorkTag
+from atlas.models import TOPIC, Proposal, Work, WorkTag
 from atlas.records import SLUG_RE, not_allowed
 from atlas.search import search_filter
 
@@ -243,3 +243,15 @@ class WorkFilter(django_filters.FilterSet):
             if other != name:
                 queryset = self.filters[other].filter(queryset, value)
         return queryset
+
+
+class ProposalFilter(django_filters.FilterSet):
+    """The intake log's one filter, for its page and the API alike."""
+
+    status = django_filters.ChoiceFilter(
+        choices=Proposal.Status.choices, help_text="pending, accepted or rejected."
+    )
+
+    class Meta:
+        model = Proposal
+        fields: list[str] = []

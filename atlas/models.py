@@ -160,6 +160,7 @@ class AtlasChange(models.Model):
         LOAD = "load", "Curated data file loaded"
         SUGGESTION = "suggestion", "Suggestion approved"
         EDIT = "edit", "Edited by a curator"
+        PROPOSAL = "proposal", "Proposed work accepted"
 
     kind = models.CharField(max_length=16, choices=Kind)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -238,3 +239,66 @@ class Suggestion(models.Model):
 
     def get_absolute_url(self) -> str:
         return self.work.get_absolute_url()
+
+
+class Proposal(models.Model):
+    """A visitor's proposal of a new work, reviewed in the open: the intake log lists every
+    one with its status and, once reviewed, the curator's public reason.
+
+    The fields are a work's own (checked by the same rules on submission and again on
+    acceptance, after any curator's edit); ``contact`` is for curators only and appears in
+    no public page, answer, feed or export.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending review"
+        ACCEPTED = "accepted", "Accepted"
+        REJECTED = "rejected", "Rejected"
+
+    title = models.CharField(max_length=500)
+    arxiv_id = models.CharField("arXiv id", max_length=32, blank=True)
+    url = models.URLField("URL", max_length=500, blank=True)
+    authors = models.JSONField(default=list, blank=True, encoder=ReadableJSONEncoder)
+    month = models.DateField(help_text="First of the month of first publication.")
+    month_estimated = models.BooleanField(default=False)
+    venue = models.CharField(max_length=200, blank=True)
+    code_url = models.URLField("code URL", max_length=500, blank=True)
+    summary = models.TextField()
+    recurrence_family = models.CharField(max_length=32, choices=taxonomy.RECURRENCE_FAMILY.choices)
+    depth_control = models.CharField(max_length=32, choices=taxonomy.DEPTH_CONTROL.choices)
+    depth_granularity = models.CharField(max_length=32, choices=taxonomy.DEPTH_GRANULARITY.choices)
+    kv_strategy = models.CharField(max_length=32, choices=taxonomy.KV_STRATEGY.choices)
+    training_regime = models.CharField(max_length=32, choices=taxonomy.TRAINING_REGIME.choices)
+    modality = models.JSONField(default=list, blank=True)
+    contribution = models.JSONField(default=list, blank=True)
+    topics = models.JSONField(default=list, blank=True)
+    evidence = models.JSONField(
+        default=dict, blank=True, encoder=ReadableJSONEncoder, help_text="{facet: {note, source}}"
+    )
+    rationale = models.TextField(help_text="Why it belongs in the atlas.")
+    contact = models.CharField(max_length=200, blank=True, help_text="Only curators see it.")
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    review_note = models.TextField(
+        "public reason", blank=True, help_text="Shown in the intake log (required to reject)."
+    )
+    work = models.OneToOneField(
+        Work, on_delete=models.SET_NULL, null=True, blank=True, related_name="proposal"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+    def get_absolute_url(self) -> str:
+        return f"{reverse('atlas:intake')}#proposal-{self.pk}"

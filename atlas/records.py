@@ -50,6 +50,9 @@ def _text(
     return clean
 
 
+text_rule = _text  # a bounded text's check, for inputs beside a work's (a proposal's "why")
+
+
 def _pattern(regex: re.Pattern[str], what: str, max_length: int, *, optional: bool = False):
     text = _text(max_length, optional=optional)
 

@@ -143,3 +143,23 @@ RULES: tuple[Rule, ...] = (
 def rules_broken(values: Values, rules: Sequence[Rule] = RULES) -> list[Rule]:
     """The rules a work's (checked) values break, in the order of ``RULES``."""
     return [rule for rule in rules if not rule.holds(values)]
+
+
+class _Reads(dict):
+    """A work's values that note which ones are read."""
+
+    def __init__(self, values: Values) -> None:
+        super().__init__(values)
+        self.read: list[str] = []
+
+    def __getitem__(self, name: str) -> Any:
+        self.read.append(name)
+        return super().__getitem__(name)
+
+
+def rule_fields(rule: Rule, values: Values) -> list[str]:
+    """The fields ``rule`` reads to judge ``values``: for a broken rule, the fields a
+    person may change to mend it (an error names them)."""
+    reads = _Reads(values)
+    rule.holds(reads)
+    return list(dict.fromkeys(reads.read))

@@ -1,5 +1,7 @@
 """A work as data: the one shape the API, the JSON/CSV/BibTeX/RIS exports and Compare share."""
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.urls import reverse
@@ -9,7 +11,7 @@ from rest_framework import serializers
 
 from atlas import taxonomy
 from atlas.exports import month_label
-from atlas.models import AtlasChange, Confidence, Work
+from atlas.models import AtlasChange, Confidence, Proposal, Work
 from atlas.records import CORRECTABLE_FIELDS, SLUG_RE, RecordError, evidence_source_check
 
 
@@ -85,6 +87,19 @@ class WorkSerializer(serializers.Serializer):
     )
     page_url = serializers.SerializerMethodField(help_text="The work's page on the site.")
 
+    def to_representation(self, instance: Work) -> dict[str, Any]:
+        """DRF's answer, field for field, from readers built once per process: DRF's
+        per-field machinery (and its copy of every field per serializer) cost more than
+        the page's query."""
+        return {name: read(instance) for name, read in self._readers}
+
+    @cached_property
+    def _readers(self) -> list[tuple[str, Callable[[Any], Any]]]:
+        return [
+            (name, getattr(self, read) if isinstance(read, str) else read)
+            for name, read in _work_readers()
+        ]
+
     def get_month_label(self, work: Work) -> str:
         return month_label(f"{work.month:%Y-%m}", work.month_estimated)
 
@@ -98,6 +113,43 @@ class WorkSerializer(serializers.Serializer):
         path = reverse("atlas:work", kwargs={"slug": "x"}).removesuffix("x/")
         request = self.context.get("request")
         return request.build_absolute_uri(path) if request else path
+
+
+# Fields whose representation of a value is the value itself (a str, a bool or a
+# choice's slug, as the database gives them), and lists of them.
+_PLAIN = (
+    serializers.CharField,
+    serializers.SlugField,
+    serializers.BooleanField,
+    serializers.ChoiceField,
+)
+
+
+@functools.cache
+def _work_readers() -> list[tuple[str, str | Callable[[Any], Any]]]:
+    """Each field of a work and how to read it: a method name for a method field (bound
+    per serializer, which holds the request), else a reader of the work."""
+    return [(str(field.field_name), _reader(field)) for field in WorkSerializer()._readable_fields]
+
+
+def _reader(field: serializers.Field) -> str | Callable[[Any], Any]:
+    """``field``'s representation of a work, as ``Serializer.to_representation`` gives it."""
+    if isinstance(field, serializers.SerializerMethodField):
+        return field.method_name
+    if len(field.source_attrs) != 1:
+        return lambda work: _general(field, field.get_attribute(work))
+    name = field.source_attrs[0]
+    if isinstance(field, OptionalCharField | OptionalChoiceField):
+        return lambda work: getattr(work, name) or None
+    if type(field) in _PLAIN:
+        return lambda work: getattr(work, name)
+    if isinstance(field, serializers.ListField) and type(field.child) in _PLAIN:
+        return lambda work: None if (v := getattr(work, name)) is None else list(v)
+    return lambda work: _general(field, getattr(work, name))
+
+
+def _general(field: serializers.Field, value: Any) -> Any:
+    return None if value is None else field.to_representation(value)
 
 
 class WorkSlugField(serializers.SlugRelatedField):
@@ -232,3 +284,107 @@ class ExportDocumentSerializer(serializers.Serializer):
     data_version = serializers.CharField(help_text="Date of the last reviewed change.")
     count = serializers.IntegerField()
     works = WorkSerializer(many=True)
+
+
+class NewWorkSerializer(serializers.Serializer):
+    """A proposed work, as the API takes it (the schema's statement of the body; the
+    checks are ``atlas.proposals.proposal_check``, the data file's own)."""
+
+    title = serializers.CharField(max_length=500)
+    arxiv_id = serializers.CharField(
+        max_length=32, required=False, help_text="arXiv id, e.g. 2406.01234 (or give url)."
+    )
+    url = serializers.URLField(
+        max_length=500, required=False, help_text="The paper's http(s) URL (or give arxiv_id)."
+    )
+    authors = serializers.ListField(
+        child=serializers.CharField(max_length=200), max_length=100, required=False
+    )
+    month = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="First publication, YYYY-MM.")
+    month_estimated = serializers.BooleanField(required=False, default=False)
+    venue = serializers.CharField(max_length=200, required=False)
+    code_url = serializers.URLField(max_length=500, required=False)
+    summary = serializers.CharField(max_length=5000, help_text="In your own words.")
+    recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
+    depth_control = serializers.ChoiceField(choices=taxonomy.DEPTH_CONTROL.slugs, required=False)
+    depth_granularity = serializers.ChoiceField(
+        choices=taxonomy.DEPTH_GRANULARITY.slugs, required=False
+    )
+    kv_strategy = serializers.ChoiceField(choices=taxonomy.KV_STRATEGY.slugs, required=False)
+    training_regime = serializers.ChoiceField(
+        choices=taxonomy.TRAINING_REGIME.slugs, required=False
+    )
+    modality = serializers.ListField(
+        child=serializers.ChoiceField(choices=taxonomy.MODALITY.slugs), required=False
+    )
+    contribution = serializers.ListField(
+        child=serializers.ChoiceField(choices=taxonomy.CONTRIBUTION.slugs), required=False
+    )
+    topics = serializers.ListField(child=serializers.SlugField(), max_length=20, required=False)
+    evidence = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()),
+        required=False,
+        help_text="Basis of facet values: {facet: {note, source}}; source is summary, "
+        "facts, seed NNN or an http(s) URL.",
+    )
+    rationale = serializers.CharField(max_length=2000, help_text="Why it belongs here.")
+    contact = serializers.CharField(
+        max_length=200, required=False, help_text="Optional; only curators ever see it."
+    )
+
+
+class ProposalSerializer(serializers.Serializer):
+    """A proposal as the intake log shows it: everything but the contact."""
+
+    id = serializers.IntegerField(read_only=True)
+    status = serializers.ChoiceField(choices=Proposal.Status.values, read_only=True)
+    title = serializers.CharField(read_only=True)
+    arxiv_id = OptionalCharField()
+    url = OptionalCharField()
+    authors = serializers.ListField(child=serializers.CharField(), read_only=True)
+    month = MonthField(read_only=True)
+    month_estimated = serializers.BooleanField(read_only=True)
+    venue = OptionalCharField()
+    code_url = OptionalCharField()
+    summary = serializers.CharField(read_only=True)
+    recurrence_family = _terms(taxonomy.RECURRENCE_FAMILY)
+    depth_control = _terms(taxonomy.DEPTH_CONTROL)
+    depth_granularity = _terms(taxonomy.DEPTH_GRANULARITY)
+    kv_strategy = _terms(taxonomy.KV_STRATEGY)
+    modality = _terms(taxonomy.MODALITY)
+    contribution = _terms(taxonomy.CONTRIBUTION)
+    training_regime = _terms(taxonomy.TRAINING_REGIME)
+    topics = serializers.ListField(child=serializers.SlugField(), read_only=True)
+    evidence = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()), read_only=True
+    )
+    rationale = serializers.CharField(read_only=True)
+    submitted_at = serializers.DateTimeField(source="created_at", read_only=True)
+    reviewed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    reason = serializers.CharField(
+        source="review_note", read_only=True, help_text="The curator's public reason."
+    )
+    work = serializers.SlugField(
+        source="work.slug", read_only=True, allow_null=True, help_text="The work it became."
+    )
+    work_url = serializers.SerializerMethodField()
+
+    def get_work_url(self, proposal: Proposal) -> str | None:
+        if proposal.work is None:
+            return None
+        request = self.context.get("request")
+        path = proposal.work.get_absolute_url()
+        return request.build_absolute_uri(path) if request else path
+
+
+class DuplicateSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["work", "proposal"])
+    id = serializers.CharField(help_text="The work's slug or the proposal's number.")
+    title = serializers.CharField()
+    url = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class ProposalConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    duplicate = DuplicateSerializer()

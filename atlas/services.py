@@ -42,6 +42,7 @@ class LoadReport:
 
 
 WorkState = dict[str, Any]
+WorkChange = tuple[Work, WorkState | None, WorkState]  # (work, before or None if new, after)
 ADDED = "work"  # the field name of a FieldChange that records a new work
 _FACET_NAMES = frozenset(facet.name for facet in taxonomy.FACETS)
 
@@ -90,7 +91,7 @@ def atlas_change_record(
     *,
     kind: AtlasChange.Kind,
     summary: str,
-    changes: Iterable[tuple[Work, WorkState | None, WorkState]] = (),
+    changes: Iterable[WorkChange] = (),
 ) -> AtlasChange:
     """Advance the data version: one ``AtlasChange`` with a snapshot of every work (what a
     pinned export serves) and a ``FieldChange`` per changed field of each (work, before,
@@ -139,7 +140,18 @@ def _letters(n: int) -> str:
 
 @transaction.atomic
 def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
-    """Upsert checked records by slug; all or nothing, and a no-op when nothing differs.
+    """Upsert checked records by slug; all or nothing, and a no-op when nothing differs."""
+    report, states = works_upsert(records=records)
+    if states:
+        atlas_change_record(
+            kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
+        )
+    return report
+
+
+def works_upsert(*, records: Iterable[WorkRecord]) -> tuple[LoadReport, list[WorkChange]]:
+    """Write checked records by slug and say what changed (for ``atlas_change_record``);
+    every new work of the atlas, loaded or accepted from a proposal, is made here.
 
     New works get a citation key once (oldest first, so the older work keeps the plain
     key when two collide); existing works keep theirs.
@@ -149,7 +161,7 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
     created: list[Work] = []
     updated: list[Work] = []
     tags_of: dict[str, set[tuple[str, str]]] = {}
-    states: list[tuple[Work, WorkState | None, WorkState]] = []
+    states: list[WorkChange] = []
     unchanged = 0
     for record in sorted(records, key=lambda r: -r.position):
         columns, tags = _record_columns(record), _record_tags(record)
@@ -172,11 +184,7 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
     Work.objects.bulk_update(updated, fields=list(COLUMNS.values()), batch_size=1000)
     _tags_replace(works=[*created, *updated], tags_of=tags_of)
     report = LoadReport(created=len(created), updated=len(updated), unchanged=unchanged)
-    if created or updated:
-        atlas_change_record(
-            kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
-        )
-    return report
+    return report, states
 
 
 def _citation_parts(record: WorkRecord) -> dict[str, Any]:

@@ -12,5 +12,11 @@ class SuggestionThrottle(AddressRateThrottle):
     scope = "suggestions"
 
 
+class ProposalThrottle(AddressRateThrottle):
+    """New works proposed, by the page's form and the API alike (one budget)."""
+
+    scope = "proposals"
+
+
 class ExportThrottle(AddressRateThrottle):
     scope = "exports"

@@ -1,4 +1,5 @@
-"""Atlas pages: Explore, a work, Compare; picking works to compare; suggesting corrections.
+"""Atlas pages: Explore, a work, Compare; picking works to compare; suggesting corrections;
+proposing new works and the intake log.
 
 Each view validates its input, calls one selector or service and renders. Pages are
 whole documents; htmx requests get the swapped region only (``template#partial``).
@@ -6,32 +7,41 @@ whole documents; htmx requests get the swapped region only (``template#partial``
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from atlas import citation, exports, selectors
 from atlas.explore import explore_page
-from atlas.filters import SlugListField
-from atlas.forms import SuggestionForm
-from atlas.models import Work
+from atlas.feeds import feed_query
+from atlas.filters import ProposalFilter, SlugListField
+from atlas.forms import ProposalForm, SuggestionForm
+from atlas.models import Proposal, Work
 from atlas.picks import picks_get, picks_set
+from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 from atlas.records import SLUG_RE, RecordError
 from atlas.serializers import WorkSerializer
 from atlas.services import suggestion_submit
-from atlas.throttles import SuggestionThrottle
+from atlas.throttles import ProposalThrottle, SuggestionThrottle
 from loopatlas.http import HtmxHttpRequest
 
 COMPARE_REFUSED = "You can compare up to three works. Untick one before adding another."
 SUGGESTION_THANKS = "Thank you: your suggestion waits for a curator's review."
+PROPOSAL_THANKS = "Thank you: your proposal #{pk} waits for a curator's review, in the open below."
+INTAKE_PAGE_SIZE = 50
 
 
 @require_GET
 def explore(request: HtmxHttpRequest) -> HttpResponse:
     page = explore_page(params=request.GET)
     template = "atlas/explore.html#explore" if request.htmx else "atlas/explore.html"
-    context = {"explore": page, "picks": picks_get(request.session)}
+    context = {
+        "explore": page,
+        "picks": picks_get(request.session),
+        "feed_query": feed_query(request.GET),
+    }
     return render(request, template, context, status=200 if page.filterset.is_valid() else 400)
 
 
@@ -115,3 +125,41 @@ def compare_pick(request: HtmxHttpRequest) -> HttpResponse:
     target = request.POST.get("next", "")
     safe = url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure())
     return redirect(target if safe else "atlas:explore")
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def work_propose(request: HtmxHttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return render(request, "atlas/propose.html", {"form": ProposalForm()})
+    form, status = ProposalForm(request.POST), 400
+    throttle = ProposalThrottle()
+    if form.is_valid() and not throttle.allow_page_request(request):
+        minutes = throttle.wait_minutes()
+        form.add_error(None, f"Too many proposals from your address; try again in {minutes} min.")
+        status = 429
+    elif form.is_valid():
+        try:
+            proposal = proposal_submit(data=form.proposal_data())
+        except ProposalInvalid as exc:
+            form.add_proposal_errors(exc.errors)
+        except ProposalDuplicate as exc:
+            return render(
+                request, "atlas/propose.html", {"form": form, "duplicate": exc.match}, status=409
+            )
+        else:
+            messages.success(request, PROPOSAL_THANKS.format(pk=proposal.pk))
+            return redirect(proposal)
+    return render(request, "atlas/propose.html", {"form": form}, status=status)
+
+
+@require_GET
+def intake(request: HtmxHttpRequest) -> HttpResponse:
+    """Every proposal, newest first: pending, accepted (with its work) or rejected (why)."""
+    queryset = Proposal.objects.select_related("work").order_by("-created_at", "-id")
+    filterset = ProposalFilter(request.GET, queryset=queryset)
+    valid = filterset.is_valid()
+    page = Paginator(filterset.qs if valid else queryset.none(), INTAKE_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    context = {"filterset": filterset, "page": page, "statuses": Proposal.Status.choices}
+    return render(request, "atlas/intake.html", context, status=200 if valid else 400)

@@ -54,7 +54,7 @@ from loopatlas.middleware import RETRY_AFTER_S
 from loopatlas.spreadsheet import inert
 from playground import selectors, services
 from playground.checkpoints import model_catalog
-from playground.comparison import COMPARE_MAX, CompareError, runs_compare
+from playground.comparison import COMPARE_MAX, CompareError, UnknownRun, runs_compare
 from playground.models import Run
 from playground.serializers import (
     RunCreatedSerializer,
@@ -240,15 +240,18 @@ class RunCompareViewSet(viewsets.GenericViewSet):
                 OpenApiTypes.STR, description="One row per position and run."
             ),
             400: OpenApiResponse(
-                description="A bad or unknown id, more than three runs, or runs of "
-                "different prompts or models; the body names it."
+                description="A malformed id, more than three runs, or runs of different "
+                "prompts or models; the body names it."
             ),
+            404: OpenApiResponse(description="A well-formed id of no run; the body names it."),
         },
     )
     def list(self, request: Request) -> Response:
         self.filter_queryset(self.get_queryset())  # refuses unknown parameters
         try:
             comparison = runs_compare(raw=request.query_params.get("runs", ""))
+        except UnknownRun as exc:
+            raise NotFound(str(exc)) from exc
         except CompareError as exc:
             raise ValidationError({"runs": [str(exc)]}) from exc
         if request.accepted_renderer.format == "csv":

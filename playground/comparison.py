@@ -47,6 +47,10 @@ class CompareError(ValueError):
     """Runs that cannot be compared; the message names the problem."""
 
 
+class UnknownRun(CompareError):
+    """A well-formed run id that names no run."""
+
+
 @dataclass(frozen=True)
 class Agreement:
     """A run against the deepest run over the positions both read alike."""
@@ -250,7 +254,7 @@ def runs_compare(*, raw: str) -> Comparison:
     for run_id in compare_ids(raw):
         run = selectors.run_get(run_id=run_id)
         if run is None:
-            raise CompareError(f"no run with id {run_id}")
+            raise UnknownRun(f"no run with id {run_id}")
         runs.append(run)
     if len({run.model for run in runs}) > 1:
         models = ", ".join(run.model for run in runs)

@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -34,6 +35,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def export_store(settings, tmp_path: Path) -> Path:
+    """Each test's own export store: no test finds a file stored from another's data."""
+    settings.EXPORT_STORE_DIR = tmp_path / "exports"
+    return settings.EXPORT_STORE_DIR
 
 
 @pytest.fixture(autouse=True)

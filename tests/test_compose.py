@@ -119,6 +119,8 @@ def test_tls_posture_is_on_and_forwarded_headers_come_from_the_one_proxy() -> No
     for name in ("DEBUG", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE"):
         assert APP_ENV[name] == ("0" if name == "DEBUG" else "1"), name
     assert APP_ENV["BEHIND_TLS_PROXY"] == "1" and APP_ENV["NUM_PROXIES"] == "1"
+    # and uvicorn leaves the forwarded address to Django (NUM_PROXIES), never rewriting it
+    assert "--no-proxy-headers" in SERVICES["web"]["command"]
     assert all(service["environment"] == APP_ENV for service in OWN.values())
 
 

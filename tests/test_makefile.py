@@ -22,6 +22,7 @@ def test_make_run_starts_a_worker_on_the_gpu_queue_beside_the_web_server():
     assert re.search(r"-m celery -A workers worker -Q gpu --pool threads", run)
     assert "--concurrency $${PLAYGROUND_BATCH:-8}" in run  # one task thread per batch row
     assert "-m uvicorn loopatlas.asgi:application" in run
+    assert "--no-proxy-headers" in run  # the client address is NUM_PROXIES's to find
     assert run.index("celery") < run.index("uvicorn")  # in the background, before it
     assert "trap 'kill $$worker" in run  # and stopped with it
 

@@ -1,14 +1,16 @@
-"""The atlas's REST API (v1): works, facets, timeline, compare, export, suggestions.
+"""The atlas's REST API (v1): works, facets, timeline, compare, export, suggestions,
+proposals.
 
 Every read takes the Explore parameters through the one ``WorkFilter`` and answers
 conditional requests; the registry of routes is ``loopatlas/api/urls.py``.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.http import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -22,11 +24,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas import selectors, taxonomy
-from atlas.api.renderers import EXPORT_RENDERERS
+from atlas.api.renderers import EXPORT_RENDERERS, ExportRenderer
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
-from atlas.filters import SlugListField, WorkFilter
-from atlas.models import Work
+from atlas.exportstore import file_response, stored_export
+from atlas.filters import ProposalFilter, SlugListField, WorkFilter
+from atlas.models import Proposal, Work
+from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 from atlas.records import RecordError
 from atlas.serializers import (
     ChangeSerializer,
@@ -34,12 +38,15 @@ from atlas.serializers import (
     ComparisonSerializer,
     ExportDocumentSerializer,
     FacetsSerializer,
+    NewWorkSerializer,
+    ProposalConflictSerializer,
+    ProposalSerializer,
     SuggestionSerializer,
     TimelineSerializer,
     WorkSerializer,
 )
 from atlas.services import suggestion_submit
-from atlas.throttles import ExportThrottle, SuggestionThrottle
+from atlas.throttles import ExportThrottle, ProposalThrottle, SuggestionThrottle
 from loopatlas.api.conventions import ContentVersion, StrictFilterBackend, conditional
 
 ERRORS = {
@@ -197,17 +204,39 @@ class ExportViewSet(AtlasReadMixin, viewsets.GenericViewSet):
         responses=EXPORT_RESPONSES | {400: ERRORS[400]},
     )
     @conditional(selectors.data_version)
-    def list(self, request: Request) -> Response:
+    def list(self, request: Request) -> HttpResponseBase:
         works = self.filter_queryset(self.get_queryset())
-        rows = list(WorkSerializer(works, many=True, context={"request": request}).data)
-        return _export_response(request, rows, self.content_version.label)
+        version = self.content_version
+
+        def rows() -> list[dict[str, Any]]:
+            return list(WorkSerializer(works, many=True, context={"request": request}).data)
+
+        if set(request.query_params) <= {"format"}:  # the whole atlas: stored per version
+            return _stored_export(request, version, rows)
+        return _export_response(request, rows(), version.label)
 
 
 def _export_response(request: Request, rows: Sequence[dict[str, Any]], version: str) -> Response:
+    return Response({"version": version, "rows": rows}, headers=_export_headers(request, version))
+
+
+def _export_headers(request: Request, version: str) -> dict[str, str]:
     fmt = EXPORT_FORMATS[request.accepted_renderer.format]
     disposition = f'attachment; filename="{export_filename(fmt, version)}"'
-    headers = {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
-    return Response({"version": version, "rows": rows}, headers=headers)
+    return {"Content-Disposition": disposition, "X-Atlas-Data-Version": version}
+
+
+def _stored_export(
+    request: Request, version: selectors.DataVersion, rows: Callable[[], Sequence[dict[str, Any]]]
+) -> HttpResponseBase:
+    """The whole atlas of ``version`` in the negotiated format, from the export store:
+    the same bytes the renderer makes, made once."""
+    renderer: ExportRenderer = request.accepted_renderer  # type: ignore[assignment]
+    key = f"{version.tag}|{request.build_absolute_uri('/')}|{renderer.format}"
+    path = stored_export(key, lambda: renderer.render({"version": version.label, "rows": rows()}))
+    content_type = f"{renderer.media_type}; charset={renderer.charset}"
+    headers = _export_headers(request, version.label)
+    return file_response(path, content_type=content_type, headers=headers)
 
 
 class PinnedExportViewSet(viewsets.GenericViewSet):
@@ -225,7 +254,7 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
     lookup_value_regex = r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 
     @extend_schema(
-        responses=EXPORT_RESPONSES | {404: ERRORS[404]},
+        responses=EXPORT_RESPONSES | ERRORS,
         parameters=[
             OpenApiParameter(
                 "version",
@@ -236,19 +265,22 @@ class PinnedExportViewSet(viewsets.GenericViewSet):
             )
         ],
     )
-    def retrieve(self, request: Request, version: str) -> Response:
+    def retrieve(self, request: Request, version: str) -> HttpResponseBase:
         self.filter_queryset(self.get_queryset())  # refuses unknown parameters
         try:
             pinned = selectors.data_version_find(version)
         except selectors.UnknownVersion as exc:
             raise NotFound(str(exc)) from exc
-        fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
-        rows = [
-            {name: row[name] for name in fields}
-            | {"page_url": request.build_absolute_uri(row["page_url"])}
-            for row in selectors.version_rows(pinned)
-        ]
-        return _export_response(request, rows, pinned.label)
+
+        def rows() -> list[dict[str, Any]]:
+            fields = list(WorkSerializer().fields)  # PostgreSQL's jsonb keeps no key order
+            return [
+                {name: row[name] for name in fields}
+                | {"page_url": request.build_absolute_uri(row["page_url"])}
+                for row in selectors.version_rows(pinned)
+            ]
+
+        return _stored_export(request, pinned, rows)
 
 
 def _version(request: Request, name: str) -> selectors.DataVersion:
@@ -318,3 +350,52 @@ class SuggestionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         except RecordError as exc:
             raise ValidationError({"proposed_value": [str(exc)]}) from exc
         return Response(SuggestionSerializer(suggestion).data, status=status.HTTP_201_CREATED)
+
+
+class ProposalViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Propose a new work (checked as the data file is, duplicates refused), and the intake
+    log: every proposal with its status and the curator's public reason, newest first."""
+
+    serializer_class = ProposalSerializer
+    filterset_class = ProposalFilter
+
+    def get_queryset(self) -> QuerySet[Proposal]:
+        return Proposal.objects.select_related("work").order_by("-created_at", "-id")
+
+    def get_throttles(self):
+        return [ProposalThrottle()] if self.action == "create" else []
+
+    @extend_schema(
+        request=NewWorkSerializer,
+        responses={
+            201: ProposalSerializer,
+            400: OpenApiResponse(description="A field breaks its rules; the body names each."),
+            409: ProposalConflictSerializer,
+            429: OpenApiResponse(description="Too many proposals from this address."),
+        },
+    )
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        try:
+            proposal = proposal_submit(data=request.data)
+        except ProposalInvalid as exc:
+            raise ValidationError(exc.errors) from exc
+        except ProposalDuplicate as exc:
+            return Response(_conflict(exc), status=status.HTTP_409_CONFLICT)
+        data = ProposalSerializer(proposal, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: ProposalSerializer(many=True), **ERRORS})
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
+
+
+def _conflict(exc: ProposalDuplicate) -> dict[str, Any]:
+    candidate = exc.match.candidate
+    duplicate = {
+        "kind": candidate.kind,
+        "id": candidate.ident,
+        "title": candidate.title,
+        "url": candidate.url,
+        "reason": exc.match.reason,
+    }
+    return {"detail": str(exc), "duplicate": duplicate}

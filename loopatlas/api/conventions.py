@@ -15,11 +15,11 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse, HttpResponseBase, QueryDict
+from django.http import HttpResponse, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from django.utils.http import http_date
 from django_filters.rest_framework import DjangoFilterBackend
@@ -29,6 +29,8 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from loopatlas.querystring import query_normalised
 
 MAX_PAGE_SIZE = 200
 READ_MAX_AGE_SECONDS = 60  # how long shared caches may keep a read before revalidating
@@ -137,16 +139,6 @@ class ContentVersion(Protocol):
     def at(self) -> datetime: ...
 
 
-def query_normalised(query: QueryDict) -> str:
-    """The query string with its parameters sorted and repeated ones given once.
-
-    Every parameter is a filter combined with *and* or a set of values, so neither the
-    order nor repeats change the answer.
-    """
-    pairs = {(name, value) for name, values in query.lists() for value in values}
-    return urlencode(sorted(pairs))
-
-
 def conditional(version: Callable[[], ContentVersion]):
     """Decorate a read action: ETag/Last-Modified from ``version()``, 304 when unchanged.
 
@@ -183,7 +175,8 @@ def conditional(version: Callable[[], ContentVersion]):
 
 
 def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResponseBase:
-    """The action's rendered answer, from the cache when it holds one."""
+    """The action's rendered answer, from the cache when it holds one (an answer sent from
+    a stored file, as a whole-atlas export, is not copied into the cache)."""
     seconds = settings.API_CACHE_SECONDS
     if not seconds:
         return action(view, request, *args, **kwargs)
@@ -192,7 +185,7 @@ def _cached_action(key: str, action, view, request, *args, **kwargs) -> HttpResp
         content, headers = cached
         return HttpResponse(content, headers=headers)
     response = action(view, request, *args, **kwargs)
-    if response.status_code == 200:
+    if isinstance(response, SimpleTemplateResponse) and response.status_code == 200:
         response = view.finalize_response(request, response, *args, **kwargs)
         response.render()
         cache.set(key, (response.content, dict(response.items())), seconds)

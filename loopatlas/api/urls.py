@@ -22,6 +22,7 @@ router.register("export", atlas_api.ExportViewSet, basename="export")
 router.register("export/versions", atlas_api.PinnedExportViewSet, basename="export-version")
 router.register("changes", atlas_api.ChangeViewSet, basename="change")
 router.register("suggestions", atlas_api.SuggestionViewSet, basename="suggestion")
+router.register("proposals", atlas_api.ProposalViewSet, basename="proposal")
 router.register("runs/compare", playground_api.RunCompareViewSet, basename="run-compare")
 router.register("runs", playground_api.RunViewSet, basename="run")
 

@@ -209,6 +209,7 @@ REST_FRAMEWORK = {
     # Anonymous writes and heavy exports are limited per address; reads are not.
     "DEFAULT_THROTTLE_RATES": {
         "suggestions": env_str("THROTTLE_SUGGESTIONS", "10/hour"),
+        "proposals": env_str("THROTTLE_PROPOSALS", "5/hour"),
         "exports": env_str("THROTTLE_EXPORTS", "120/minute"),
         "admin_login": env_str("THROTTLE_ADMIN_LOGIN", "10/hour"),
         "playground_submits": env_str("PLAYGROUND_VISITOR_SUBMITS", "12/minute"),
@@ -222,6 +223,11 @@ REST_FRAMEWORK = {
 # Reads keep their data in the cache under their ETag (which names the data version),
 # so nothing cached goes stale; this only bounds how long unused entries stay.
 API_CACHE_SECONDS = env_int("API_CACHE_SECONDS", 3600)
+# Explore's aggregates per data version and search (atlas/explore.py); same reasoning.
+EXPLORE_CACHE_SECONDS = env_int("EXPLORE_CACHE_SECONDS", 3600)
+# Whole-atlas exports, written once per data version (atlas/exportstore.py).
+EXPORT_STORE_DIR = Path(env_str("EXPORT_STORE_DIR", str(VAR_DIR / "exports")))
+EXPORT_STORE_FILES = env_int("EXPORT_STORE_FILES", 64)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Loop Atlas API",
@@ -237,6 +243,11 @@ SPECTACULAR_SETTINGS = {
     # Request bodies get components of their own, so they state what a write requires
     # (a non-blank prompt: minLength 1) apart from what a read returns.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two models have a "status": each enum keeps a name of its own (runs' the one it had).
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "playground.models.Run.Status",
+        "ProposalStatusEnum": "atlas.models.Proposal.Status",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "atlas.api.schema.schema_atlas_bounds",  # vocabularies and slugs from the database

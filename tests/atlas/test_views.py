@@ -7,6 +7,7 @@ import pytest
 
 from atlas.explore import PAGE_SIZE
 from atlas.models import Suggestion, Work
+from atlas.services import suggestion_approve, suggestion_submit
 from tests.atlas.conftest import load_rows
 
 pytestmark = pytest.mark.django_db
@@ -130,9 +131,39 @@ def test_explore_needs_the_same_queries_for_few_and_many_works(
 ) -> None:
     # given few works, or more than a page (the timeline shows all of them)
     load_rows(works)
-    # then: timeline counts and points, the page, the facet counts (open ones, tags)
-    with django_assert_num_queries(5):
+    # then: the data version, timeline counts and points, the page, the facet counts
+    # (open ones, tags)
+    with django_assert_num_queries(6):
         assert client.get("/?modality=language").status_code == 200
+    # and another page of the same search reads the version and its page only: the
+    # aggregates of a version and search are kept
+    with django_assert_num_queries(2):
+        assert client.get("/?page=2&modality=language").status_code == 200
+
+
+def test_explore_counts_the_data_of_now_after_a_reviewed_change(client, small_atlas, curator):
+    # given Explore's counts of the loaded version
+    before = client.get("/?kv_strategy=no-kv")
+    # when a reviewed change makes a new version
+    suggestion = suggestion_submit(
+        work=Work.objects.get(slug="universal-transformers"),
+        field="kv_strategy",
+        proposed_value="no-kv",
+        rationale="It says so.",
+    )
+    suggestion_approve(suggestion=suggestion, reviewer=curator)
+    # then the same search lists one more work, and its facet panel counts it
+    after = client.get("/?kv_strategy=no-kv")
+    assert len(_slugs(after)) == len(_slugs(before)) + 1
+    assert _no_kv_count(after) == _no_kv_count(before) + 1
+
+
+def _no_kv_count(response) -> int:
+    option = re.search(
+        r'value="no-kv" checked>\s*No KV <span class="n">(\d+)</span>', response.text
+    )
+    assert option, "the KV panel shows no count for no-kv"
+    return int(option[1])
 
 
 def test_a_work_page_shows_every_field_bibtex_related_and_compare(client, small_atlas) -> None:

@@ -156,6 +156,7 @@ class Stack:
                 str(self.port),
                 "--log-level",
                 "warning",
+                "--no-proxy-headers",  # as deployed: the address is NUM_PROXIES's to find
             ],
         )
 

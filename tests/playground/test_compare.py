@@ -229,7 +229,6 @@ def test_the_compare_csv_has_one_row_per_position_and_run(client, three) -> None
     [
         ("", "give 1 to 3"),
         ("not-a-uuid", "is not a run id"),
-        (str(uuid.UUID(int=7)), "no run with id"),
         ("many", "at most 3 runs"),
         ("twice", "more than once"),
         ("other prompt", "different prompts"),
@@ -254,12 +253,20 @@ def test_the_compare_api_answers_400_naming_each_bad_input(
 
 
 @pytest.mark.django_db
+def test_the_compare_api_answers_404_naming_a_well_formed_id_of_no_run(client, three) -> None:
+    missing = str(uuid.UUID(int=7))
+    response = client.get(f"/api/v1/runs/compare/?runs={three[0].id},{missing}")
+    assert response.status_code == 404
+    assert response.json()["detail"] == f"no run with id {missing}"
+
+
+@pytest.mark.django_db
 def test_the_compare_api_is_in_the_schema(client) -> None:
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     operation = schema["paths"]["/api/v1/runs/compare/"]["get"]
     query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
     assert query["runs"]["required"] and "csv" in query["format"]["schema"]["enum"]
-    assert {"200", "400"} <= set(operation["responses"])
+    assert {"200", "400", "404"} <= set(operation["responses"])
 
 
 # -- the pages

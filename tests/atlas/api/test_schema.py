@@ -5,10 +5,10 @@ test database, with every check (``--checks all`` in the CLI), positive data acc
 included: a request the schema allows must not be refused as invalid. The topics and work
 slugs it allows come from the database (``atlas/api/schema.py``), so it is loaded per test.
 
-Two writes and one read are left out of positive acceptance only, because the schema
-cannot state their rules yet: a suggestion's value depends on the field it corrects (a
-month, a URL, a vocabulary), a run's loops depend on the model chosen (its trained
-loops), and runs compare only when they exist and share a prompt and a model.
+Three writes are left out of positive acceptance only, because the schema cannot state
+their rules yet: a suggestion's value depends on the field it corrects (a month, a URL, a
+vocabulary), a proposal's facets must satisfy the taxonomy's rules together (and a
+duplicate is a 409), and a run's loops depend on the model chosen (its trained loops).
 """
 
 import re
@@ -26,8 +26,8 @@ from atlas.models import Work
 
 FIELD_DEPENDENT = {
     ("POST", "/api/v1/suggestions/"),
+    ("POST", "/api/v1/proposals/"),
     ("POST", "/api/v1/runs/"),
-    ("GET", "/api/v1/runs/compare/"),
 }
 
 
@@ -100,3 +100,28 @@ def test_the_schema_bounds_the_parameters_from_the_data(client, small_atlas) -> 
     assert not pattern.match("")
     suggestion = schema["components"]["schemas"]["SuggestionRequest"]["properties"]["work"]
     assert suggestion["enum"] == sorted(small_atlas)
+
+
+def test_the_schema_states_the_answers_of_older_endpoints_too(client, small_atlas) -> None:
+    # given the schema
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    pinned = schema["paths"]["/api/v1/export/versions/{version}/"]["get"]["responses"]
+    compare = schema["paths"]["/api/v1/runs/compare/"]["get"]["responses"]
+    # when a pinned export is asked in an unknown format
+    response = client.get("/api/v1/export/versions/1/", {"format": "AAA"})
+    # then the 400 it answers is stated, and so is the 404 of a run that does not exist
+    assert response.status_code == 400 and "400" in pinned
+    assert "404" in compare
+
+
+def test_the_proposals_endpoint_is_stated_exactly(client, small_atlas) -> None:
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    create = schema["paths"]["/api/v1/proposals/"]["post"]
+    body = schema["components"]["schemas"]["NewWorkRequest"]
+    read = schema["components"]["schemas"]["Proposal"]["properties"]
+    assert {"201", "400", "409", "429"} <= set(create["responses"])
+    assert set(body["required"]) == {"title", "month", "summary", "recurrence_family", "rationale"}
+    assert "contact" in body["properties"] and "contact" not in read
+    log = schema["paths"]["/api/v1/proposals/"]["get"]["parameters"]
+    status = next(p for p in log if p["name"] == "status")
+    assert status["schema"]["enum"] == ["accepted", "pending", "rejected"]
