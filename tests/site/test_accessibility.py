@@ -64,6 +64,8 @@ def site(db) -> list[str]:
         "/",
         f"/works/{slugs[0]}/",
         f"/compare/?works={','.join(slugs[:3])}",
+        "/works/propose/",
+        "/intake/",
         "/playground/",
         point,
         "/playground/runs/",
