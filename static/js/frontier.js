@@ -90,7 +90,7 @@ function layout(points, metric, view) {
         ? { title: { text: "decode time per token ÷ full depth" } }
         : { title: { text: "executed fraction of full-depth token-loops" }, range: [0, 1.05] },
     yaxis: { title: { text: metric } },
-    legend: { orientation: "h", y: -0.16, yanchor: "top" },
+    legend: { orientation: "h", y: -0.24, yanchor: "top" },
     shapes,
     annotations,
   };
