@@ -1,4 +1,5 @@
-"""Plotly figure dicts for the Explore timeline (drawn client-side by ``timeline.js``).
+"""Plotly figure dicts for the Explore timeline (drawn client-side by ``timeline.js``) and
+the map of mentions (``map.js``).
 
 Plain dicts rather than ``plotly.graph_objects``: the figure is built on every Explore
 request, and the graph objects' validation costs more than the page's queries (the
@@ -18,7 +19,7 @@ from typing import Any
 from django.urls import reverse
 
 from atlas import taxonomy
-from atlas.selectors import TimelineBucket, TimelinePoint
+from atlas.selectors import AtlasMap, TimelineBucket, TimelinePoint
 
 TIMELINE_MAX_POINTS = 1000
 PLOT_HEIGHT_PX = 240  # of the 320 px figure, what the stacked dots may fill
@@ -128,3 +129,62 @@ def _bar_trace(family: str) -> dict:
 
 def _family_rank(family: str) -> int:
     return taxonomy.RECURRENCE_FAMILY.slugs.index(family)
+
+
+LANE_SPREAD = 0.6  # of the unit between two family lanes, what a month's works spread over
+
+
+def mention_map(atlas_map: AtlasMap) -> dict:
+    """Works as dots at their month (x) in their family's lane (y), sized by how often
+    other summaries mention them, with a line from each work to each work it mentions."""
+    place: dict[str, tuple[str, float]] = {}
+    in_month: dict = defaultdict(int)
+    traces: dict[str, dict] = {}
+    stacked = sorted(atlas_map.points, key=lambda p: (p.month, p.slug))
+    for point in stacked:
+        lane = _family_rank(point.recurrence_family)
+        k = in_month[(point.month, lane)]
+        in_month[(point.month, lane)] += 1
+        y = lane + (k % 7) / 6 * LANE_SPREAD - LANE_SPREAD / 2
+        place[point.slug] = (f"{point.month:%Y-%m-%d}", round(y, 3))
+        mentioned = atlas_map.mentioned.get(point.slug, 0)
+        trace = traces.setdefault(point.recurrence_family, _node_trace(point.recurrence_family))
+        trace["x"].append(place[point.slug][0])
+        trace["y"].append(place[point.slug][1])
+        trace["text"].append(escape(point.title, quote=False))
+        trace["hovertext"].append(f"{point.month:%b %Y} · mentioned by {mentioned}")
+        trace["customdata"].append(reverse("atlas:work", kwargs={"slug": point.slug}))
+        trace["marker"]["size"].append(min(40, 7 + 3 * mentioned))
+    edges: dict[str, Any] = {
+        "type": "scatter",
+        "mode": "lines",
+        "name": "mentions",
+        "x": [],
+        "y": [],
+        "hoverinfo": "skip",
+        "line": {"width": 0.7, "color": "rgba(87, 96, 106, 0.45)"},
+    }
+    for source, target in atlas_map.edges:
+        if source in place and target in place:
+            edges["x"] += [place[source][0], place[target][0], None]
+            edges["y"] += [place[source][1], place[target][1], None]
+    ordered = [trace for _, trace in sorted(traces.items(), key=lambda i: _family_rank(i[0]))]
+    families = taxonomy.RECURRENCE_FAMILY
+    layout = _layout() | {
+        "height": 560,
+        "margin": {"l": 170, "r": 16, "t": 8, "b": 40},
+        "yaxis": {
+            "tickvals": list(range(len(families.slugs))),
+            "ticktext": [families.label_of(slug) for slug in families.slugs],
+            "range": [-0.6, len(families.slugs) - 0.4],
+            "zeroline": False,
+        },
+        "showlegend": False,
+    }
+    return {"data": [edges, *ordered], "layout": layout}
+
+
+def _node_trace(family: str) -> dict:
+    trace = _dot_trace(family)
+    trace["marker"] = {"color": FAMILY_COLOURS[family], "size": [], "opacity": 0.85}
+    return trace

@@ -1,5 +1,7 @@
 """What reference managers read from a work page: Highwire ``citation_*`` meta tags
-(Google Scholar, Zotero's connector) and a schema.org ``ScholarlyArticle`` in JSON-LD.
+(Google Scholar, Zotero's connector) and a schema.org ``ScholarlyArticle`` in JSON-LD;
+and from a list of works, one COinS span per work (an OpenURL ContextObject that Zotero's
+connector offers to save, all of a page's at once).
 
 Both are built from the serialized work (``WorkSerializer`` row), like the exports, so
 the page and the files can never cite a work differently.
@@ -7,17 +9,18 @@ the page and the files can never cite a work differently.
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
-from atlas.exports import Row, venue_kind
+from atlas.exports import Row, cited_date, venue_kind
 
 _JSON_IN_HTML = str.maketrans({"<": "\\u003C", ">": "\\u003E", "&": "\\u0026"})
 _VENUE_TAGS = {"conference": "citation_conference_title", "journal": "citation_journal_title"}
 
 
 def _date(row: Row, separator: str) -> str:
-    """``YYYY<sep>MM``, or only the year when the month is an estimate."""
-    year, month = row["month"].split("-")
-    return year if row["month_estimated"] else f"{year}{separator}{month}"
+    """``YYYY<sep>MM``, or only the year where the exports give no month (``cited_date``)."""
+    year, month = cited_date(row)
+    return f"{year}{separator}{month}" if month else year
 
 
 def paper_url(row: Row) -> str | None:
@@ -73,3 +76,28 @@ def scholarly_article(row: Row) -> dict[str, Any]:
 def json_ld_text(document: dict[str, Any]) -> str:
     """JSON safe inside a ``<script type="application/ld+json">`` element."""
     return json.dumps(document, ensure_ascii=False).translate(_JSON_IN_HTML)
+
+
+_COINS_GENRES = {"conference": "proceeding", "journal": "article", "preprint": "preprint"}
+
+
+def coins(row: Row) -> str:
+    """The ``title`` of a ``span.Z3988``: a KEV ContextObject (Z39.88-2004) with the same
+    title, authors, date and identifiers as the citation tags."""
+    kind = venue_kind(row["venue"])
+    pairs = [
+        ("ctx_ver", "Z39.88-2004"),
+        ("rft_val_fmt", "info:ofi/fmt:kev:mtx:journal"),
+        ("rft.genre", _COINS_GENRES.get(kind, "unknown")),
+        ("rft.atitle", row["title"]),
+    ]
+    pairs += [("rft.au", name) for name in row["authors"]]
+    pairs.append(("rft.date", _date(row, "-")))
+    if kind in _VENUE_TAGS:
+        pairs.append(("rft.jtitle", row["venue"]))
+    if row["arxiv_id"]:
+        pairs.append(("rft_id", f"info:arxiv/{row['arxiv_id']}"))
+    abstract = paper_url(row)
+    if abstract:
+        pairs.append(("rft_id", abstract))
+    return urlencode(pairs)

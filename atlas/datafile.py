@@ -49,7 +49,7 @@ def records_from_file(path: Path, *, rules: bool = True) -> list[WorkRecord]:
     ``DataFileError`` naming every bad row (and the rule it breaks), or return them all."""
     problems: list[str] = []
     records: list[WorkRecord] = []
-    first_row: dict[tuple[str, object], int] = {}
+    first_row: dict[tuple[str, object], int] = {}  # (field, value): the row using it first
     for index, row in enumerate(_rows(path), start=1):
         try:
             record = record_from_row(row)
@@ -60,6 +60,10 @@ def records_from_file(path: Path, *, rules: bool = True) -> list[WorkRecord]:
             seen = first_row.setdefault((key, record.values[key]), index)
             if seen != index:
                 problems.append(f"{_where(index, row)}: {key} is already used by row {seen}")
+        for name in record.values["short_names"]:
+            seen = first_row.setdefault(("short name", name), index)
+            if seen != index:
+                problems.append(f"{_where(index, row)}: short name {name!r} is row {seen}'s")
         for rule in rules_broken(record.values) if rules else []:
             problems.append(f"{_where(index, row)}: breaks rule {rule.name}: {rule.statement}")
         records.append(record)

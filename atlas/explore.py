@@ -1,5 +1,7 @@
-"""What the Explore page shows for a query string: results, facet panels, timeline."""
+"""What the Explore page shows for a query string (results, facet panels, timeline), and
+what an author's page shows (their works and the same panels over them)."""
 
+import hashlib
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -8,8 +10,8 @@ from django.core.paginator import Page, Paginator
 from django.http import QueryDict
 
 from atlas import charts, taxonomy
-from atlas.filters import WorkFilter
-from atlas.models import TOPIC
+from atlas.filters import HAS_CODE, HAS_CODE_CHOICES, WorkFilter
+from atlas.models import TOPIC, Author, Work
 from atlas.selectors import (
     FacetCounts,
     data_version,
@@ -69,6 +71,12 @@ def facet_panels(filterset: WorkFilter, counts: FacetCounts) -> list[FacetPanel]
             for t in facet.terms
         ]
         panels.append(FacetPanel(facet.name, facet.label, facet.multi, options))
+    chosen, numbers = _selected(filterset, HAS_CODE), counts.get(HAS_CODE, {})
+    options = [
+        FacetOption(slug, label, "", numbers.get(slug, 0), slug in chosen)
+        for slug, label in HAS_CODE_CHOICES
+    ]
+    panels.append(FacetPanel(HAS_CODE, "Code", False, options))
     chosen, numbers = _selected(filterset, TOPIC), counts.get(TOPIC, {})
     topics = sorted(numbers.items(), key=lambda item: (-item[1], item[0]))
     topics += [(topic, 0) for topic in sorted(chosen - set(numbers))]
@@ -126,7 +134,8 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
     kept = params.copy()
     kept.pop("page", None)  # every page of a search shares its aggregates
-    key = f"{data_version().tag}:{query_normalised(kept)}"
+    search = hashlib.sha256(query_normalised(kept).encode()).hexdigest()  # bounded, any query
+    key = f"{data_version().tag}:{search}"
     summary: ExploreSummary | None = cache.get(f"explore:{key}")
     if summary is None:
         summary = _summary(filterset, params)
@@ -153,3 +162,40 @@ def _summary(filterset: WorkFilter, params: QueryDict) -> ExploreSummary:
     else:
         figure = charts.timeline_bars(buckets, _bar_link(params))
     return ExploreSummary(total, facet_counts(filterset=filterset), figure)
+
+
+TRUNCATED_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class AuthorPage:
+    author: Author
+    page: Page  # of their works, newest first
+    panels: list[FacetPanel]
+    truncated: list[Work]  # up to TRUNCATED_SHOWN works with "et al." lists, not theirs
+    truncated_total: int
+
+    @property
+    def total(self) -> int:
+        return self.page.paginator.count
+
+
+def author_page(*, author: Author, page: str | None = None) -> AuthorPage:
+    """A page of the author's works newest first, the facet counts of all of them, and
+    the works whose truncated author lists may hide more works by them."""
+    filterset = work_filter(params=QueryDict(f"author={author.slug}"))
+    filterset.is_valid()
+    works = Paginator(filterset.qs, PAGE_SIZE).get_page(page)
+    panels = facet_panels(filterset, facet_counts(filterset=filterset))
+    truncated = (
+        work_filter(params=QueryDict())
+        .qs.filter(authors_et_al=True)
+        .exclude(pk__in=filterset.qs.order_by().values("pk"))
+    )
+    return AuthorPage(
+        author=author,
+        page=works,
+        panels=panels,
+        truncated=list(truncated[:TRUNCATED_SHOWN]),
+        truncated_total=truncated.count(),
+    )

@@ -108,6 +108,32 @@ def venue_kind(venue: str | None) -> str:
     return "other"
 
 
+_VENUE_YEAR_RE = re.compile(r"\b(?:19|20)\d{2}\b")
+
+
+def cited_date(row: Row) -> tuple[str, str | None]:
+    """The year and month (``None``: not given) a citation states.
+
+    A conference or journal paper is cited by its venue's year ("ICLR 2019"), while the
+    atlas's month stays the month the preprint first appeared; that month is then given
+    only when its year is the venue's. An estimated month is never given."""
+    year, month = row["month"].split("-")
+    venue_year = None
+    if venue_kind(row["venue"]) in ("conference", "journal"):
+        venue_year = _VENUE_YEAR_RE.search(row["venue"])
+    if venue_year and venue_year[0] != year:
+        return venue_year[0], None
+    return year, None if row["month_estimated"] else month
+
+
+def missing_facts(row: Row) -> list[str]:
+    """What a work's sources have not given yet, as a citation should say it."""
+    missing = [] if row["authors"] else ["authors"]
+    if not (row["url"] or row["arxiv_id"]):
+        missing.append("links")
+    return missing
+
+
 _BIBTEX_TYPES = {"preprint": "misc", "conference": "inproceedings", "journal": "article"}
 _VENUE_FIELDS = {"conference": "booktitle", "journal": "journal", "other": "howpublished"}
 _RIS_TYPES = {"preprint": "UNPB", "conference": "CONF", "journal": "JOUR", "other": "ELEC"}
@@ -151,8 +177,9 @@ def bibtex_entry(row: Row) -> str:
     ``@article`` (``journal``) for journals, else ``@misc`` (``howpublished`` for a venue
     that is not a preprint server); arXiv works carry ``eprint``/``archivePrefix``. An
     estimated month is omitted. Text stays UTF-8 (biber and bibtexparser read it); only
-    BibTeX's special characters are escaped."""
-    year, month = row["month"].split("-")
+    BibTeX's special characters are escaped. The year and month are ``cited_date``'s; the
+    note says which facts are not known yet (never invented)."""
+    year, month = cited_date(row)
     kind = venue_kind(row["venue"])
     authors = [_bibtex_escape(name) for name in row["authors"]]
     if row["authors_et_al"]:
@@ -167,9 +194,12 @@ def bibtex_entry(row: Row) -> str:
         fields += [("eprint", row["arxiv_id"]), ("archivePrefix", "arXiv")]
     if row["url"]:
         fields.append(("url", _bibtex_url(row["url"])))
-    fields.append(("note", f"Loop Atlas: {row['page_url']}"))
+    note = f"Loop Atlas: {row['page_url']}"
+    for what in missing_facts(row):
+        note += f"; {what} not known yet"
+    fields.append(("note", note))
     body = "".join(f"  {name} = {{{value}}},\n" for name, value in fields)
-    if not row["month_estimated"]:
+    if month:
         body += f"  month = {MONTHS[int(month) - 1]},\n"
     return f"@{_BIBTEX_TYPES.get(kind, 'misc')}{{{row['citation_key']},\n{body}}}\n"
 
@@ -181,13 +211,13 @@ def export_bibtex(rows: Sequence[Row], version: str) -> str:
 
 
 def _ris_record(row: Row, version: str) -> str:
-    year, month = row["month"].split("-")
+    year, month = cited_date(row)
     kind = venue_kind(row["venue"])
     lines = [("TY", _RIS_TYPES[kind]), ("ID", row["citation_key"])]
     lines += [("TI", row["title"])]
     lines += [("AU", name) for name in row["authors"]]
     lines.append(("PY", year))
-    if not row["month_estimated"]:
+    if month:
         lines.append(("DA", f"{year}/{month}"))
     if kind in _RIS_VENUE_TAGS:
         lines.append((_RIS_VENUE_TAGS[kind], row["venue"]))

@@ -4,6 +4,7 @@ Semantics, as a researcher narrowing a list expects them:
 - several values of a single-valued facet mean *any of* them (a work has one family);
 - several values of a multi-valued facet or of ``topics`` mean *all of* them, so each
   added topic narrows the list;
+- several authors mean *any of* them (works by this group);
 - different parameters combine with *and*.
 An unknown value is refused with a message that names the allowed ones. A parameter
 takes at most ``MAX_VALUES`` values (each topic adds a join; a few hundred overflow the
@@ -15,12 +16,12 @@ from datetime import date
 
 import django_filters
 from django import forms
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Case, CharField, Exists, OuterRef, QuerySet, Value, When
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from atlas import taxonomy
-from atlas.models import TOPIC, Proposal, Work, WorkTag
+from atlas.models import TOPIC, Author, Proposal, Work, WorkAuthor, WorkTag
 from atlas.records import SLUG_RE, not_allowed
 from atlas.search import search_filter
 
@@ -151,6 +152,61 @@ class TopicFilter(TagFilter):
     """All of the given topics (free slugs; the ones in use are the allowed values)."""
 
 
+class AuthorField(VocabularyField):
+    """Author slugs; one that names no author is refused by name (the allowed values are
+    too many to list: ``/api/v1/authors/?search=`` finds them)."""
+
+    def validate(self, value: list[str]) -> None:
+        malformed = [slug for slug in value if not SLUG_RE.match(slug)]
+        known = set(
+            Author.objects.filter(slug__in=[s for s in value if s not in malformed]).values_list(
+                "slug", flat=True
+            )
+        )
+        unknown = [slug for slug in value if slug not in known]
+        if unknown:
+            raise forms.ValidationError(
+                "no author with slug %(slugs)s; /api/v1/authors/?search= finds them",
+                params={"slugs": ", ".join(map(repr, unknown))},
+            )
+
+
+@extend_schema_field({"type": "string", "pattern": SLUG_RE.pattern})
+class AuthorFilter(django_filters.MultipleChoiceFilter):
+    """Works by any of these authors."""
+
+    field_class = AuthorField
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(field_name="author", choices=[], param="author", **kwargs)
+
+    def filter(self, qs: QuerySet, value: list[str]) -> QuerySet:
+        if not value:
+            return qs
+        links = WorkAuthor.objects.filter(work=OuterRef("pk"), author__slug__in=value)
+        return qs.filter(Exists(links))
+
+
+HAS_CODE = "has_code"
+HAS_CODE_CHOICES = [("true", "Code released"), ("false", "No code link")]
+# Whether a work links its code, as a value grouped and counted like a stored facet's.
+HAS_CODE_VALUE = Case(
+    When(code_url="", then=Value("false")), default=Value("true"), output_field=CharField()
+)
+
+
+class HasCodeFilter(VocabularyFilter):
+    """``true``: works with a code link; ``false``: without; both: every work."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(field_name=HAS_CODE, choices=HAS_CODE_CHOICES, **kwargs)
+
+    def filter(self, qs: QuerySet, value: list[str]) -> QuerySet:
+        if len(value) != 1:
+            return qs
+        return qs.exclude(code_url="") if value == ["true"] else qs.filter(code_url="")
+
+
 def _topics_in_use() -> list[tuple[str, str]]:
     """Topic choices, read only when a topic must be validated (the form is lazy)."""
     topics = WorkTag.objects.filter(facet=TOPIC).values_list("value", flat=True)
@@ -204,6 +260,8 @@ class WorkFilter(django_filters.FilterSet):
     topics = TopicFilter(
         field_name=TOPIC, choices=_topics_in_use, label="Topics", help_text="All of these topics."
     )
+    has_code = HasCodeFilter(label="Code", help_text="true (a code link) or false (none).")
+    author = AuthorFilter(label="Authors", help_text="Any of these authors (slugs).")
     works = SlugListFilter(label="Works", help_text="Comma-separated work slugs.")
     ordering = OrderingFilter(
         choices=ORDERING_CHOICES,

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from atlas import taxonomy
 from atlas.records import FIELD_RULES, RecordError
-from atlas.search import SearchDocument, SearchDocumentField
+from atlas.search import SearchDocument, SearchDocumentField, url_words
 
 TOPIC = "topics"
 TAG_FACETS = (*(facet.name for facet in taxonomy.MULTI_FACETS), TOPIC)
@@ -74,6 +74,12 @@ class Work(models.Model):
         help_text="Basis of facet values: {facet: {note, source[, conflict]}}; a facet "
         "without one rests on the summary.",
     )
+    short_names = models.JSONField(
+        default=list,
+        blank=True,
+        encoder=ReadableJSONEncoder,
+        help_text="Names other summaries use for the work (Ouro, Huginn…), curated.",
+    )
     citation_key = models.CharField(
         max_length=100, unique=True, help_text="Assigned once, so citations stay valid."
     )
@@ -81,7 +87,9 @@ class Work(models.Model):
         null=True, blank=True, help_text="When a curator last approved a correction."
     )
     search_document = models.GeneratedField(
-        expression=SearchDocument("title", "summary", "authors"),
+        expression=SearchDocument(
+            "title", "summary", "authors", "venue", "code_url", url_words("code_url")
+        ),
         output_field=SearchDocumentField(),
         db_persist=True,
     )
@@ -151,6 +159,69 @@ class WorkTag(models.Model):
             FIELD_RULES[self.facet].clean([self.value])
         except RecordError as exc:
             raise ValidationError({"value": str(exc)}) from exc
+
+
+class Author(models.Model):
+    """One person, under the name the atlas shows (``atlas.authors`` joins spellings)."""
+
+    key = models.CharField(max_length=200, unique=True, help_text="The folded name.")
+    slug = models.SlugField(max_length=200, unique=True)
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["name", "slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("atlas:author", kwargs={"slug": self.slug})
+
+
+class WorkAuthor(models.Model):
+    """An author of a work, at their position in its list, as the work writes the name."""
+
+    work = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="author_links")
+    author = models.ForeignKey(Author, on_delete=models.CASCADE, related_name="work_links")
+    position = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["work", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["work", "position"], name="atlas_work_author_unique")
+        ]
+        indexes = [models.Index(fields=["author", "work"])]
+
+    def __str__(self) -> str:
+        return f"{self.work_id}#{self.position}: {self.name}"
+
+
+class RelatedWork(models.Model):
+    """One work related to another, with why; all rows are of one data version
+    (``atlas.related`` replaces them together)."""
+
+    class Kind(models.TextChoices):
+        MENTIONS = "mentions", "Builds on or discusses"
+        MENTIONED_BY = "mentioned_by", "Mentioned by"
+        SIMILAR = "similar", "Similar"
+
+    work = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="related_links")
+    other = models.ForeignKey(Work, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind)
+    rank = models.PositiveSmallIntegerField()
+    reason = models.JSONField(default=dict, encoder=ReadableJSONEncoder)
+    version = models.PositiveIntegerField(help_text="The data version it was computed for.")
+
+    class Meta:
+        ordering = ["work", "kind", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["work", "kind", "rank"], name="atlas_related_unique")
+        ]
+        indexes = [models.Index(fields=["version"])]
+
+    def __str__(self) -> str:
+        return f"{self.work_id} {self.kind} {self.other_id}"
 
 
 class AtlasChange(models.Model):

@@ -248,6 +248,9 @@ FIELD_RULES: dict[str, FieldRule] = {
         default=[],
     ),
     "evidence": FieldRule(_evidence, "Basis of the labels", correctable=False, default={}),
+    "short_names": FieldRule(
+        _list(_text(60, one_line=True)), "Names other works use", correctable=False, default=[]
+    ),
 }
 LIST_FIELDS = frozenset(
     name for name, rule in FIELD_RULES.items() if isinstance(rule.default, list)

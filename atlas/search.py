@@ -1,4 +1,6 @@
-"""Full-text search over title, summary and authors, on PostgreSQL and on SQLite.
+"""Full-text search over title, summary, authors, venue and code link, on PostgreSQL and
+on SQLite; an arXiv identifier (``1807.03819``, ``arXiv:1807.03819v2``, its abs URL) finds
+its work directly.
 
 Both databases keep one stored, generated ``search_document`` column, so the searched
 text is never stale and never maintained by hand. On PostgreSQL it is a ``tsvector``
@@ -6,13 +8,14 @@ text is never stale and never maintained by hand. On PostgreSQL it is a ``tsvect
 types; on SQLite it is the concatenated text, matched word by word with ``LIKE``.
 """
 
+import re
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorExact
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Func, QuerySet, TextField, Value
-from django.db.models.functions import Cast, Concat
+from django.db.models.functions import Cast, Concat, Replace
 from django.db.models.sql.compiler import SQLCompiler
 
 SEARCH_CONFIG = "english"
@@ -30,10 +33,10 @@ class SearchDocument(Func):
 
     output_field = SearchDocumentField()
 
-    def __init__(self, *fields: str) -> None:
+    def __init__(self, *fields: str | Func) -> None:
         parts: list = []
-        for name in fields:
-            parts += [Cast(name, TextField()), Value(" ")]
+        for field in fields:
+            parts += [Cast(field, TextField()) if isinstance(field, str) else field, Value(" ")]
         super().__init__(Concat(*parts[:-1], output_field=TextField()))
 
     def as_sql(
@@ -55,8 +58,31 @@ class SearchDocument(Func):
         return super().as_sql(compiler, connection, template=template, **extra_context)
 
 
+def url_words(name: str) -> Func:
+    """A URL with its slashes and dots as spaces, so that each part (``github``, the
+    owner, the repository) is a word of its own (PostgreSQL keeps a URL as one token)."""
+    return Replace(Replace(F(name), Value("/"), Value(" ")), Value("."), Value(" "))
+
+
+ARXIV_QUERY_RE = re.compile(
+    r"^(?:arxiv:|https?://(?:www\.)?arxiv\.org/(?:abs|pdf)/)?"
+    r"(\d{4}\.\d{4,5}|[a-z][a-z.-]*/\d{7})(?:v\d+)?(?:\.pdf)?/?$",
+    re.IGNORECASE,
+)
+
+
+def arxiv_query(text: str) -> str | None:
+    """The arXiv identifier (without version) that ``text`` is, if it is one."""
+    match = ARXIV_QUERY_RE.match(text.strip())
+    return match[1] if match else None
+
+
 def search_filter(queryset: QuerySet, text: str) -> QuerySet:
-    """Narrow ``queryset`` to works whose title, summary or authors match ``text``."""
+    """Narrow ``queryset`` to the work with the arXiv identifier ``text`` (any version), or
+    to works whose title, summary, authors, venue or code link match ``text``."""
+    identifier = arxiv_query(text)
+    if identifier:
+        return queryset.filter(arxiv_id__regex=rf"^{re.escape(identifier)}(v[0-9]+)?$")
     if connections[queryset.db].vendor == "postgresql":
         query = SearchQuery(text, config=SEARCH_CONFIG, search_type="websearch")
         return queryset.filter(SearchVectorExact(F("search_document"), query))

@@ -7,24 +7,30 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import (
-    Case,
     Count,
-    IntegerField,
     OuterRef,
     Q,
     QuerySet,
     StringAgg,
     Subquery,
-    Sum,
     TextField,
     Value,
-    When,
 )
-from django.db.models.functions import Coalesce, Concat
+from django.db.models.functions import Concat
 
 from atlas import taxonomy
-from atlas.filters import WorkFilter
-from atlas.models import TOPIC, AtlasChange, FieldChange, Work, WorkTag
+from atlas.authors import name_key
+from atlas.filters import HAS_CODE, HAS_CODE_VALUE, WorkFilter
+from atlas.models import (
+    TOPIC,
+    AtlasChange,
+    Author,
+    FieldChange,
+    RelatedWork,
+    Work,
+    WorkAuthor,
+    WorkTag,
+)
 
 COMPARE_MAX = 3
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -79,26 +85,32 @@ FacetCounts = dict[str, dict[str, int]]
 def facet_counts(*, filterset: WorkFilter) -> FacetCounts:
     """Works per facet value under the current filters.
 
-    A single-valued facet is counted ignoring its own parameter (its values are
-    alternatives, so each count says what choosing that value would add); multi-valued
-    facets and topics are counted within the current results (each value narrows).
+    A single-valued facet (and whether a work has code) is counted ignoring its own
+    parameter (its values are alternatives, so each count says what choosing that value
+    would add); multi-valued facets and topics are counted within the current results
+    (each value narrows).
 
     Queries: one for all single-valued facets without a filter of their own (grouped by
     all of them at once, summed here), one per single-valued facet being filtered, and
     one for the tags, whatever the number of works.
     """
-    counts: FacetCounts = {name: {} for name in (*(f.name for f in taxonomy.FACETS), TOPIC)}
+    counts: FacetCounts = {
+        name: {} for name in (*(f.name for f in taxonomy.FACETS), HAS_CODE, TOPIC)
+    }
     chosen = filterset.form.cleaned_data
-    open_facets = [f.name for f in taxonomy.SINGLE_FACETS if not chosen.get(f.name)]
+    singles = [*(f.name for f in taxonomy.SINGLE_FACETS), HAS_CODE]
+    open_facets = [name for name in singles if not chosen.get(name)]
     if open_facets:
-        combinations = filterset.qs.order_by().values_list(*open_facets).annotate(n=Count("pk"))
+        works = filterset.qs.order_by().annotate(**{HAS_CODE: HAS_CODE_VALUE})
+        combinations = works.values_list(*open_facets).annotate(n=Count("pk"))
         for *values, n in combinations:
             for name, value in zip(open_facets, values, strict=True):
                 counts[name][value] = counts[name].get(value, 0) + n
-    for facet in taxonomy.SINGLE_FACETS:
-        if facet.name not in open_facets:
-            rows = filterset.queryset_without(facet.name).order_by().values_list(facet.name)
-            counts[facet.name] = dict(rows.annotate(n=Count("pk")))
+    for name in singles:
+        if name not in open_facets:
+            works = filterset.queryset_without(name).order_by()
+            rows = works.annotate(**{HAS_CODE: HAS_CODE_VALUE}).values_list(name)
+            counts[name] = dict(rows.annotate(n=Count("pk")))
     tags = WorkTag.objects.all()
     if filterset.narrows:  # else every tag counts, and the index on (facet, value) suffices
         tags = tags.filter(work_id__in=filterset.qs.order_by().values("pk"))
@@ -142,46 +154,72 @@ def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
     return [TimelinePoint(*row) for row in rows]
 
 
-# Why these weights: the family is the atlas's main axis and a shared topic is specific,
-# while values such as "language" or "from-scratch" are shared by most works.
-RELATED_WEIGHTS = {"recurrence_family": 3, TOPIC: 2}
+@dataclass(frozen=True)
+class RelatedLists:
+    """A work's stored relations (``atlas.related``), each ``(other work, reason)``."""
+
+    mentions: list[tuple[Work, dict]]
+    mentioned_by: list[tuple[Work, dict]]
+    similar: list[tuple[Work, dict]]
 
 
-def work_related(*, work: Work, limit: int = 5) -> list[Work]:
-    """The works sharing the most (weighted) facet values and topics with ``work``, newest
-    first on ties; ``unspecified`` and ``none`` are not shared properties."""
-    shared = [
-        Case(
-            When(**{facet.name: getattr(work, facet.name)}, then=Value(weight(facet.name))),
-            default=Value(0),
-        )
-        for facet in taxonomy.SINGLE_FACETS
-        if getattr(work, facet.name) not in ("unspecified", "none")
-    ]
-    pairs = Q(pk__in=[])
-    for facet, value in work.tag_pairs():
-        pairs |= Q(facet=facet, value=value)
-    tag_weight = Case(When(facet=TOPIC, then=Value(weight(TOPIC))), default=Value(1))
-    shared_tags = (
-        WorkTag.objects.filter(pairs, work=OuterRef("pk"))
-        .order_by()
-        .values("work")
-        .annotate(score=Sum(tag_weight))
-        .values("score")
+def work_related(*, work: Work) -> RelatedLists:
+    """The relations stored for ``work``: two queries, whatever their number."""
+    links = list(
+        work.related_links.order_by("kind", "rank").values_list("other_id", "kind", "reason")
     )
-    score = sum(shared, Coalesce(Subquery(shared_tags, output_field=IntegerField()), 0))
-    related = (
-        work_queryset()
-        .exclude(pk=work.pk)
-        .annotate(score=score)
-        .filter(score__gt=0)
-        .order_by("-score", "-month", "position", "slug")
+    others = work_queryset().in_bulk([other for other, _, _ in links])
+    lists: dict[str, list[tuple[Work, dict]]] = {kind: [] for kind in RelatedWork.Kind.values}
+    for other, kind, reason in links:
+        lists[kind].append((others[other], reason))
+    return RelatedLists(**lists)
+
+
+MAP_MAX_POINTS = 1000
+
+
+@dataclass(frozen=True)
+class AtlasMap:
+    points: list[TimelinePoint]  # the works drawn
+    edges: list[tuple[str, str]]  # (slug, slug it mentions), both among the filtered works
+    mentioned: dict[str, int]  # slug: how many works' summaries mention it (whole atlas)
+    total: int  # works in the filter; more than drawn when only mentioned ones fit
+
+
+def atlas_map(*, queryset: QuerySet[Work]) -> AtlasMap:
+    """The mention graph of the filtered works: every work up to ``MAP_MAX_POINTS``, else
+    only those that mention or are mentioned. Three queries."""
+    mentions = RelatedWork.objects.filter(kind=RelatedWork.Kind.MENTIONS)
+    ids = queryset.order_by().values("pk")
+    edges = list(
+        mentions.filter(work__in=ids, other__in=ids).values_list("work__slug", "other__slug")
     )
-    return list(related[:limit])
+    counts = mentions.order_by().values("other__slug").annotate(n=Count("pk"))
+    points = timeline_points(queryset=queryset)
+    total = len(points)
+    if total > MAP_MAX_POINTS:
+        linked = {slug for edge in edges for slug in edge}
+        points = [point for point in points if point.slug in linked]
+    return AtlasMap(
+        points=points,
+        edges=sorted(edges),
+        mentioned={row["other__slug"]: row["n"] for row in counts},
+        total=total,
+    )
 
 
-def weight(name: str) -> int:
-    return RELATED_WEIGHTS.get(name, 1)
+def work_authors(*, work: Work) -> list[WorkAuthor]:
+    """The work's authors in order, each with their identity (for links to their pages)."""
+    return list(work.author_links.select_related("author").order_by("position"))
+
+
+def author_list(*, search: str = "") -> QuerySet[Author]:
+    """Authors with their number of works, most works first; ``search`` matches any part
+    of the name, whatever its case, accents or hyphens."""
+    authors = Author.objects.annotate(works_count=Count("work_links"))
+    for word in name_key(search).split():
+        authors = authors.filter(key__contains=word)
+    return authors.order_by("-works_count", "name", "slug")
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,49 @@ class WorkSerializer(serializers.Serializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class AuthorSerializer(serializers.Serializer):
+    slug = serializers.SlugField(read_only=True)
+    name = serializers.CharField(read_only=True, help_text="The name the atlas shows.")
+    works_count = serializers.IntegerField(read_only=True)
+    page_url = serializers.SerializerMethodField(help_text="The author's page on the site.")
+    works_url = serializers.SerializerMethodField(help_text="Their works in the API.")
+
+    def get_page_url(self, author) -> str:
+        return self._absolute(author.get_absolute_url())
+
+    def get_works_url(self, author) -> str:
+        return self._absolute(f"{reverse('api:work-list')}?author={author.slug}")
+
+    def _absolute(self, path: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
+class RelatedItemSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    title = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM")
+    recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
+    page_url = serializers.CharField()
+    name = serializers.CharField(
+        required=False, help_text="Mentions: the short name the summary uses."
+    )
+    score = serializers.FloatField(required=False, help_text="Similar: cosine similarity.")
+    facets = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Similar: shared facet values."
+    )
+    terms = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Similar: strongest shared terms."
+    )
+
+
+@extend_schema_serializer(many=False)
+class RelatedSerializer(serializers.Serializer):
+    mentions = RelatedItemSerializer(many=True, help_text="Works its summary names.")
+    mentioned_by = RelatedItemSerializer(many=True, help_text="Works whose summaries name it.")
+    similar = RelatedItemSerializer(many=True, help_text="Nearest by text and facets.")
+
+
 # Fields whose representation of a value is the value itself (a str, a bool or a
 # choice's slug, as the database gives them), and lists of them.
 _PLAIN = (

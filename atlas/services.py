@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from atlas import taxonomy
+from atlas.authors import authors_sync
 from atlas.exports import citation_key_base
 from atlas.models import TAG_FACETS, AtlasChange, FieldChange, Suggestion, Work, WorkTag
 from atlas.records import (
@@ -24,6 +25,7 @@ from atlas.records import (
     value_from_text,
     value_to_text,
 )
+from atlas.related import related_refresh
 
 # Record fields stored as Work columns (the rest are tags); "n" is stored as ``position``.
 COLUMNS: dict[str, str] = {
@@ -95,7 +97,10 @@ def atlas_change_record(
 ) -> AtlasChange:
     """Advance the data version: one ``AtlasChange`` with a snapshot of every work (what a
     pinned export serves) and a ``FieldChange`` per changed field of each (work, before,
-    after)."""
+    after); the authors follow the works' author lists, and the related works are
+    recomputed once the change is committed (outside its transaction)."""
+    authors_sync()
+    transaction.on_commit(related_refresh)
     change = AtlasChange.objects.create(kind=kind, summary=summary[:500], snapshot=_snapshot())
     rows = [row for work, before, after in changes for row in _field_changes(work, before, after)]
     for row in rows:
@@ -146,6 +151,9 @@ def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
         atlas_change_record(
             kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
         )
+    else:
+        authors_sync()  # the curated aliases may have changed
+        transaction.on_commit(related_refresh)  # a no-op when stored for this version
     return report
 
 

@@ -1,5 +1,5 @@
-"""Atlas pages: Explore, a work, Compare; picking works to compare; suggesting corrections;
-proposing new works and the intake log.
+"""Atlas pages: Explore, a work, an author, the map, Compare; picking works to compare;
+suggesting corrections; proposing new works and the intake log.
 
 Each view validates its input, calls one selector or service and renders. Pages are
 whole documents; htmx requests get the swapped region only (``template#partial``).
@@ -13,15 +13,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from atlas import citation, exports, selectors
-from atlas.explore import explore_page
+from atlas import charts, citation, exports, selectors
+from atlas.explore import author_page, explore_page
 from atlas.feeds import feed_query
 from atlas.filters import ProposalFilter, SlugListField
 from atlas.forms import ProposalForm, SuggestionForm
-from atlas.models import Proposal, Work
+from atlas.models import Author, Proposal, Work
 from atlas.picks import picks_get, picks_set
 from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
-from atlas.records import SLUG_RE, RecordError
+from atlas.records import CORRECTABLE_FIELDS, SLUG_RE, RecordError
 from atlas.serializers import WorkSerializer
 from atlas.services import suggestion_submit
 from atlas.throttles import ProposalThrottle, SuggestionThrottle
@@ -48,7 +48,28 @@ def explore(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def work_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     work = get_object_or_404(selectors.work_queryset(), slug=slug)
-    return _work_page(request, work, form=SuggestionForm())
+    field = request.GET.get("suggest")  # "Suggest them" links open the form on that field
+    initial = {"field": field} if field in CORRECTABLE_FIELDS else {}
+    return _work_page(request, work, form=SuggestionForm(initial=initial))
+
+
+@require_GET
+def atlas_map(request: HtmxHttpRequest) -> HttpResponse:
+    """The mention graph of the works Explore's parameters select."""
+    filterset = selectors.work_filter(params=request.GET)
+    if not filterset.is_valid():
+        return render(request, "atlas/map.html", {"filterset": filterset}, status=400)
+    found = selectors.atlas_map(queryset=filterset.qs)
+    context = {"filterset": filterset, "map": found, "figure": charts.mention_map(found)}
+    return render(request, "atlas/map.html", context)
+
+
+@require_GET
+def author_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    author = get_object_or_404(Author, slug=slug)
+    page = author_page(author=author, page=request.GET.get("page"))
+    context = {"page": page, "picks": picks_get(request.session)}
+    return render(request, "atlas/author.html", context)
 
 
 def _work_page(request: HtmxHttpRequest, work: Work, *, form, status: int = 200) -> HttpResponse:
@@ -60,6 +81,7 @@ def _work_page(request: HtmxHttpRequest, work: Work, *, form, status: int = 200)
         "citation_meta": citation.citation_meta(row),
         "json_ld": citation.json_ld_text(citation.scholarly_article(row)),
         "related": selectors.work_related(work=work),
+        "authors": selectors.work_authors(work=work),
         "picks": picks_get(request.session),
     }
     return render(request, "atlas/work.html", context, status=status)

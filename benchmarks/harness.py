@@ -75,6 +75,7 @@ def add_synthetic_works(count: int, *, seed: int = 2026) -> None:
             "title": " ".join(rng.choices(words, k=8)).capitalize(),
             "summary": " ".join(rng.choices(words, k=60)),
             "authors": [f"Synthetic Author{i}", "Second Author"],
+            "short_names": [],  # each curated name belongs to one work
             "month": template["month"].replace(year=rng.randint(2016, 2026)),
         }
         for facet in ("recurrence_family", "depth_control", "kv_strategy", "modality"):

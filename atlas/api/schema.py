@@ -2,8 +2,8 @@
 
 drf-spectacular derives most of the schema from the code. What it cannot know is read
 here, each time the schema is served (a ``POSTPROCESSING_HOOKS`` entry): the topics in use
-and the slugs of the works, which are the only values ``topics``, ``works``, a work's
-path and a suggestion's ``work`` take, and
+and the slugs of the works and of the authors, which are the only values ``topics``,
+``works``, ``author``, a work's or an author's path and a suggestion's ``work`` take, and
 the bounds the filters apply (at most ``MAX_VALUES`` values a list parameter, the search
 length, real months). A client generated from the schema then never sends a request the
 server refuses as invalid.
@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from atlas.filters import MAX_VALUES, MAX_WORKS_PARAM, SEARCH_MAX_LENGTH
-from atlas.models import TOPIC, AtlasChange, Work, WorkTag
+from atlas.models import TOPIC, AtlasChange, Author, Work, WorkTag
 from atlas.selectors import COMPARE_MAX
 
 # A year 0001-9999, optionally a month 01-12; or nothing.
@@ -32,7 +32,12 @@ def _slug_list_pattern(slugs: list[str], *, least: int, most: int) -> str:
 
 
 def _parameter_bounds(
-    name: str, path: str, slugs: list[str], topics: list[str], versions: list[str]
+    name: str,
+    path: str,
+    slugs: list[str],
+    topics: list[str],
+    versions: list[str],
+    authors: list[str],
 ) -> dict:
     """The schema (merged into drf-spectacular's) for one atlas query parameter."""
     if name == "since":
@@ -40,6 +45,9 @@ def _parameter_bounds(
     if name == "topics":
         items = {"type": "string", "enum": topics} if topics else {"type": "string"}
         return {"items": items, "maxItems": MAX_VALUES if topics else 0}
+    if name == "author":
+        items = {"type": "string", "enum": authors} if authors else {"type": "string"}
+        return {"items": items, "maxItems": MAX_VALUES if authors else 0}
     if name == "works" and path.endswith("/compare/"):
         return {"pattern": _slug_list_pattern(slugs, least=1, most=COMPARE_MAX), "minLength": 1}
     if name == "works":
@@ -57,6 +65,7 @@ def schema_atlas_bounds(
     """Postprocessing hook: the atlas's query parameters, bounded exactly as served."""
     try:
         slugs = sorted(Work.objects.values_list("slug", flat=True))
+        authors = sorted(Author.objects.values_list("slug", flat=True))
         topics = sorted(set(WorkTag.objects.filter(facet=TOPIC).values_list("value", flat=True)))
         changes = AtlasChange.objects.order_by("id").values_list("id", "at")
         versions = [v for id_, at in changes for v in (str(id_), at.strftime(VERSION_TIME))]
@@ -68,15 +77,19 @@ def schema_atlas_bounds(
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 schema = parameter["schema"]
-                if parameter["in"] == "path" and parameter["name"] == "slug" and slugs:
-                    schema["enum"] = slugs
+                if parameter["in"] == "path" and parameter["name"] == "slug":
+                    of_path = authors if path.startswith("/api/v1/authors/") else slugs
+                    if of_path:
+                        schema["enum"] = of_path
                 if parameter["in"] == "path" and parameter["name"] == "version" and versions:
                     schema["enum"] = versions
                 if parameter["in"] != "query":
                     continue
                 if schema.get("type") == "array":
                     schema["maxItems"] = MAX_VALUES
-                schema |= _parameter_bounds(parameter["name"], path, slugs, topics, versions)
+                schema |= _parameter_bounds(
+                    parameter["name"], path, slugs, topics, versions, authors
+                )
     suggestion = result["components"]["schemas"].get("SuggestionRequest", {})
     if slugs and "work" in suggestion.get("properties", {}):
         suggestion["properties"]["work"]["enum"] = slugs

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import HttpResponseBase
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -18,6 +19,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
@@ -28,11 +30,12 @@ from atlas.api.renderers import EXPORT_RENDERERS, ExportRenderer
 from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
 from atlas.exportstore import file_response, stored_export
-from atlas.filters import ProposalFilter, SlugListField, WorkFilter
-from atlas.models import Proposal, Work
+from atlas.filters import SEARCH_MAX_LENGTH, ProposalFilter, SlugListField, WorkFilter
+from atlas.models import Author, Proposal, RelatedWork, Work
 from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 from atlas.records import RecordError
 from atlas.serializers import (
+    AuthorSerializer,
     ChangeSerializer,
     ChangesSerializer,
     ComparisonSerializer,
@@ -41,6 +44,7 @@ from atlas.serializers import (
     NewWorkSerializer,
     ProposalConflictSerializer,
     ProposalSerializer,
+    RelatedSerializer,
     SuggestionSerializer,
     TimelineSerializer,
     WorkSerializer,
@@ -87,12 +91,77 @@ class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
     def retrieve(self, request: Request, *args, **kwargs) -> Response:
         return super().retrieve(request, *args, **kwargs)
 
+    @extend_schema(responses={200: RelatedSerializer, 404: ERRORS[404]}, filters=False)
+    @action(detail=True, pagination_class=None, filter_backends=[])
+    @conditional(selectors.data_version)
+    def related(self, request: Request, slug: str) -> Response:
+        """Works it names, works that name it, and its nearest works, each with why."""
+        unknown = sorted(set(request.query_params) - {"format"})
+        if unknown:
+            raise ValidationError(
+                {name: ["unknown parameter; allowed: format"] for name in unknown}
+            )
+        lists = selectors.work_related(work=self.get_object())
+        page = reverse("atlas:work", kwargs={"slug": "x"}).removesuffix("x/")
+
+        def item(work: Work, reason: dict) -> dict:
+            return {
+                "slug": work.slug,
+                "title": work.title,
+                "month": f"{work.month:%Y-%m}",
+                "recurrence_family": work.recurrence_family,
+                "page_url": request.build_absolute_uri(f"{page}{work.slug}/"),
+                **reason,
+            }
+
+        return Response(
+            {
+                kind: [item(*pair) for pair in getattr(lists, kind)]
+                for kind in RelatedWork.Kind.values
+            }
+        )
+
     def get_object(self) -> Work:
         slug = self.kwargs["slug"]
         work = self.get_queryset().filter(slug=slug).first()
         if work is None:
             raise NotFound(f"No work with slug {slug!r}.")
         return work
+
+
+@extend_schema(responses={200: AuthorSerializer, **ERRORS})
+class AuthorViewSet(viewsets.ReadOnlyModelViewSet):
+    """Authors with their number of works, most works first; ``search`` finds them by any
+    part of the name (case, accents and hyphens ignored). A work list by author:
+    ``/api/v1/works/?author=<slug>`` (any of several)."""
+
+    serializer_class = AuthorSerializer
+    queryset = Author.objects.none()
+    filter_backends = [StrictFilterBackend]
+    extra_query_params = ("search",)
+    lookup_field = "slug"
+
+    def get_queryset(self) -> QuerySet[Author]:
+        search = self.request.query_params.get("search", "")
+        if len(search) > SEARCH_MAX_LENGTH:
+            raise ValidationError({"search": [f"at most {SEARCH_MAX_LENGTH} characters"]})
+        return selectors.author_list(search=search)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("search", OpenApiTypes.STR, description="Part of the name.")]
+    )
+    @conditional(selectors.data_version)
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        self.filter_queryset(self.get_queryset())  # refuses unknown parameters
+        return super().list(request, *args, **kwargs)
+
+    @conditional(selectors.data_version)
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        self.filter_queryset(self.get_queryset())
+        author = selectors.author_list().filter(slug=self.kwargs["slug"]).first()
+        if author is None:
+            raise NotFound(f"No author with slug {self.kwargs['slug']!r}.")
+        return Response(self.get_serializer(author).data)
 
 
 class FacetViewSet(AtlasReadMixin, viewsets.GenericViewSet):

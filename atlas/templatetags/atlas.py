@@ -2,12 +2,13 @@
 
 from django import template
 
-from atlas import exports, taxonomy
+from atlas import citation, exports, taxonomy
 from atlas.charts import FAMILY_COLOURS
 from atlas.exports import EXPORT_FORMATS, ExportFormat
 from atlas.models import Work
 from atlas.records import evidence_source_kind
 from atlas.selectors import Comparison
+from atlas.serializers import WorkSerializer
 
 register = template.Library()
 
@@ -55,3 +56,9 @@ def facet_basis(work: Work, facet_name: str) -> dict[str, str]:
 def month_label(work: Work) -> str:
     """``Oct 2026``, or ``not before Oct 2026`` for an estimated month."""
     return exports.month_label(f"{work.month:%Y-%m}", work.month_estimated)
+
+
+@register.filter
+def coins(work: Work) -> str:
+    """The work's COinS ContextObject (Zotero saves every one on a list page)."""
+    return citation.coins(WorkSerializer(work).data)

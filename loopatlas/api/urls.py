@@ -15,6 +15,7 @@ app_name = "api"
 
 router = DefaultRouter()
 router.register("works", atlas_api.WorkViewSet, basename="work")
+router.register("authors", atlas_api.AuthorViewSet, basename="author")
 router.register("facets", atlas_api.FacetViewSet, basename="facet")
 router.register("timeline", atlas_api.TimelineViewSet, basename="timeline")
 router.register("compare", atlas_api.CompareViewSet, basename="compare")

@@ -44,7 +44,7 @@ def test_a_conference_paper_on_arxiv_carries_every_field(browser, live_server, c
     assert page["meta"] == [
         ["citation_title", "Universal Transformers"],
         *[["citation_author", name] for name in work.authors],
-        ["citation_publication_date", "2018/07"],
+        ["citation_publication_date", "2019"],  # the venue's year, as BibTeX gives it
         ["citation_conference_title", "ICLR 2019"],
         ["citation_arxiv_id", "1807.03819"],
         ["citation_pdf_url", "https://arxiv.org/pdf/1807.03819"],
@@ -60,7 +60,7 @@ def test_a_conference_paper_on_arxiv_carries_every_field(browser, live_server, c
         "headline": work.title,
         "name": work.title,
         "author": [{"@type": "Person", "name": name} for name in work.authors],
-        "datePublished": "2018-07",
+        "datePublished": "2019",
         "abstract": work.summary,
         "url": f"{live_server.url}/works/{work.slug}/",
         "keywords": ["universal", *work.topics],

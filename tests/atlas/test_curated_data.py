@@ -53,3 +53,32 @@ def test_loading_it_twice_changes_nothing_the_second_time() -> None:
     assert f"0 created, 0 updated, {WORKS} unchanged" in second.getvalue()
     assert list(Work.objects.order_by("slug").values()) == loaded
     assert Work.objects.values("citation_key").distinct().count() == WORKS
+
+
+def _row(slug: str) -> dict:
+    return next(row for row in _rows() if row["slug"] == slug)
+
+
+def test_the_sourced_labels_of_december_5_are_applied_with_their_source() -> None:
+    # a medium/high-confidence value for an unspecified label, with the source it rests on
+    hrm = _row("hierarchical-reasoning-model")
+    assert (hrm["depth_control"], hrm["depth_granularity"]) == ("exit-gate", "sequence")
+    assert hrm["evidence"]["depth_granularity"]["source"].startswith("https://github.com/")
+    # and a value that a rule forces comes with it, saying so
+    tah = _row("think-at-hard-selective-latent-iterations-to-improve")
+    assert tah["training_regime"] == "retrofit" and "retrofit" in tah["contribution"]
+    assert "rule retrofit-contribution" in tah["evidence"]["contribution"]["note"]
+
+
+def test_low_confidence_and_conflicting_proposals_are_recorded_not_applied() -> None:
+    # a conflict with the current label: the label stays, the proposal is recorded
+    two_scale = _row("two-scale-latent-dynamics-for-recurrent-depth-transformers")
+    assert two_scale["recurrence_family"] == "hierarchical"
+    conflict = two_scale["evidence"]["recurrence_family"]["conflict"]
+    assert (
+        conflict.startswith("Proposed prelude-core-coda, not applied") and "arxiv.org" in conflict
+    )
+    # a low-confidence value for an unspecified label stays unspecified
+    looped_actor = _row("looped-actor-depth-recurrent-reasoning-models-for")
+    assert looped_actor["depth_control"] == "unspecified"
+    assert "(low confidence)" in looped_actor["evidence"]["depth_control"]["conflict"]

@@ -125,7 +125,7 @@ def test_bibtex_fields_of_a_journal_work_and_a_preprint(client, two_works) -> No
         "title": "{Déjà Vu, Again}",
         "author": "Ada Lovelace2",
         "year": "2025",
-        "note": f"Loop Atlas: {PAGE}preprint-work/",
+        "note": f"Loop Atlas: {PAGE}preprint-work/; links not known yet",
         "month": "nov",
     }
 

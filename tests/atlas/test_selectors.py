@@ -12,7 +12,6 @@ from atlas.selectors import (
     timeline_counts,
     timeline_points,
     work_filter,
-    work_related,
     works_compare,
 )
 from atlas.services import atlas_change_record
@@ -75,13 +74,6 @@ def test_timeline_points_are_one_per_work_oldest_first(small_atlas) -> None:
     assert len(points) == len(small_atlas)
     assert points[0].slug == "universal-transformers"
     assert points[-1].month_estimated is True
-
-
-def test_related_works_share_the_most_weighted_facets(small_atlas) -> None:
-    work = Work.objects.get(slug="universal-transformers")
-    related = [w.slug for w in work_related(work=work, limit=3)]
-    assert related[0] == "mixture-of-recursions"  # topic + granularity + regime + tags
-    assert "universal-transformers" not in related
 
 
 def test_compare_keeps_the_order_names_unknown_slugs_and_drops_a_fourth(small_atlas) -> None:

@@ -148,11 +148,11 @@ def test_unknown_parameters_name_every_one_allowed_there(client, small_atlas) ->
 
     assert list(paged) == ["aaa", "zzz"]
     assert paged["zzz"][0] == (
-        "unknown parameter; allowed: contribution, depth_control, depth_granularity, format,"
-        " kv_strategy, modality, month_from, month_to, ordering, page, page_size,"
+        "unknown parameter; allowed: author, contribution, depth_control, depth_granularity,"
+        " format, has_code, kv_strategy, modality, month_from, month_to, ordering, page, page_size,"
         " recurrence_family, search, topics, training_regime, works"
     )
-    assert "page" not in unpaged and "format, kv_strategy" in unpaged
+    assert "page" not in unpaged and "format, has_code, kv_strategy" in unpaged
 
 
 def test_an_unknown_format_names_every_format_the_endpoint_offers(client, small_atlas) -> None:

@@ -22,6 +22,7 @@ def test_facets_give_each_vocabulary_with_labels_descriptions_and_counts(client,
         "modality",
         "contribution",
         "training_regime",
+        "has_code",
         "topics",
     ]
     universal = facets["recurrence_family"]["values"][0]
