@@ -52,6 +52,7 @@ class ExplorePage:
     figure: dict | None = None
     cache_key: str = ""  # the data version and the search: what the fragments depend on
     cache_seconds: int = 0
+    version: str = ""  # the data version alone: what a result row depends on
 
     @property
     def total(self) -> int:
@@ -127,7 +128,8 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
     The aggregates (counts per facet value, the timeline, the total) cost the most at
     scale and depend only on the data version and the filters, so they are cached under
     both (``cache_key``, which the template's fragments of them use too): nothing cached
-    can go stale. The page of results is read each time.
+    can go stale. The page of results is read each time; each result row's text, which
+    depends on the work and the version alone, is a fragment cached under them.
     """
     filterset = work_filter(params=params)
     if not filterset.is_valid():
@@ -135,7 +137,8 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
     kept = params.copy()
     kept.pop("page", None)  # every page of a search shares its aggregates
     search = hashlib.sha256(query_normalised(kept).encode()).hexdigest()  # bounded, any query
-    key = f"{data_version().tag}:{search}"
+    version = data_version().tag
+    key = f"{version}:{search}"
     summary: ExploreSummary | None = cache.get(f"explore:{key}")
     if summary is None:
         summary = _summary(filterset, params)
@@ -148,6 +151,7 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
         figure=summary.figure,
         cache_key=key,
         cache_seconds=settings.EXPLORE_CACHE_SECONDS,
+        version=version,
     )
 
 

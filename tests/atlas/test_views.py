@@ -142,14 +142,23 @@ def test_explore_needs_the_same_queries_for_few_and_many_works(
 
 
 def test_explore_counts_the_data_of_now_after_a_reviewed_change(client, small_atlas, curator):
-    # given Explore's counts of the loaded version
+    # given Explore's counts and rows of the loaded version
     before = client.get("/?kv_strategy=no-kv")
+    assert "KV: No KV" not in _row(client.get("/"), "universal-transformers")
     # when a reviewed change makes a new version
     approve_kv(curator)
     # then the same search lists one more work, and its facet panel counts it
     after = client.get("/?kv_strategy=no-kv")
     assert len(_slugs(after)) == len(_slugs(before)) + 1
     assert _no_kv_count(after) == _no_kv_count(before) + 1
+    # and the work's row shows its new label
+    assert "KV: No KV" in _row(client.get("/"), "universal-transformers")
+
+
+def _row(response, slug: str) -> str:
+    rows = response.text.split('<li class="work-row">')[1:]
+    (row,) = [row for row in rows if f'href="/works/{slug}/"' in row]
+    return row
 
 
 def _no_kv_count(response) -> int:
