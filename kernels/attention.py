@@ -173,19 +173,20 @@ class DecodePlan:
         *,
         rows: list[int],
         batch: int,
-        pos: Tensor,
+        positions: list[int],
         loops: list[int],
         visible: Tensor,
         c_lens: list[int],
         n_loops: int,
         dtype: torch.dtype,
     ) -> None:
-        self.rows, self.pos, self.loops, self.c_lens = rows, pos.tolist(), loops, c_lens
+        self.rows, self.pos, self.loops, self.c_lens = rows, positions, loops, c_lens
         self.n_loops, self.dtype = n_loops, dtype
         self.batched = len(rows) == batch
         self.width = visible.shape[1]
+        # always applied (a mask of zeros changes nothing): knowing that a row sees every
+        # key would cost a read back from the device
         self.mask = additive_mask(visible, dtype)  # (R, W)
-        self.all_visible = visible.all(1).tolist()
         self.same_loop = len(set(loops)) == 1
 
     def nbytes(self) -> int:
@@ -200,7 +201,7 @@ class DecodePlan:
             rows = [self._attend_row(i, q, terminal, stores, layer) for i in range(len(self.rows))]
             return torch.cat(rows)
         ek, ev = terminal
-        mask = None if all(self.all_visible) else self.mask[:, None, None, :]
+        mask = self.mask[:, None, None, :]
         parts = [attend_with_lse(q, Segment(ek[:, : self.width], ev[:, : self.width], mask))]
         t = self.loops[0]
         batched = (
@@ -255,7 +256,7 @@ class DecodePlan:
     ) -> Tensor:
         r, p = self.rows[i], self.pos[i] + 1
         ek, ev = terminal
-        mask = None if self.all_visible[i] else self.mask[i : i + 1, None, None, :p]
+        mask = self.mask[i : i + 1, None, None, :p]
         segments = [Segment(ek[r : r + 1, :p], ev[r : r + 1, :p], mask)]
         if self.c_lens[i]:
             segments.append(Segment(*stores[self.loops[i]].row(layer, r)))

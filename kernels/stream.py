@@ -23,6 +23,7 @@ from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.params import RunParams
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit, kv_policy
 from kernels.sampling import Sampler
+from kernels.scheduler import RowSettings
 from kernels.work import FlopModel, Work
 
 
@@ -137,10 +138,16 @@ def generate_stream(
     return stream
 
 
-def encode_request(loaded: LoadedModel, prompt_text: str, params: GenerationParams) -> list[int]:
-    """Validate a request and encode its prompt (ValueError naming the problem)."""
+def encode_request(
+    loaded: LoadedModel, prompt: str | list[int], params: GenerationParams
+) -> list[int]:
+    """Validate a request and encode its prompt text, or take its token ids as they are
+    (ValueError naming the problem)."""
     params.validate()
-    prompt = list(loaded.tokenizer.encode(prompt_text))
+    if isinstance(prompt, str):
+        prompt = list(loaded.tokenizer.encode(prompt))
+    elif any(not 0 <= i < loaded.config.vocab_size for i in prompt):
+        raise ValueError(f"prompt token ids must lie in [0, {loaded.config.vocab_size})")
     if not prompt:
         raise ValueError("the prompt encodes to no tokens")
     limit = loaded.config.max_position_embeddings
@@ -173,11 +180,14 @@ def end_token(loaded: LoadedModel) -> int | None:
 
 
 class RunReport:
-    """One run's events and summary from its engine records, alone or in a batch: the
-    work counters, texts and exits accumulate here, so both paths report alike."""
+    """One run's events and summary from its runner's records, alone or in a batch: the
+    work counters, texts and exits accumulate here, so both paths report alike.
+    ``settings``: the run's own (its rows' in the runner)."""
 
-    def __init__(self, loaded: LoadedModel, prompt: list[int], engine: Engine) -> None:
-        self.prompt, self.engine = prompt, engine
+    def __init__(
+        self, loaded: LoadedModel, prompt: list[int], runner: Engine, settings: RowSettings
+    ) -> None:
+        self.prompt, self.engine, self.settings = prompt, runner, settings
         self.pieces, self.flops = _Pieces(loaded.tokenizer), FlopModel(loaded.config)
         self.start = time.perf_counter()
         self.exits: list[int] = []
@@ -191,18 +201,18 @@ class RunReport:
     ) -> Iterator[TokenEvent]:
         """One event per prompt position of the prefill's row ``row`` (this run's), the
         work counters accumulated position by position."""
-        engine, flops = self.engine, self.flops
+        engine, flops, cap = self.engine, self.flops, self.settings.n_loops
         running = Work()
         for record in engine.prompt_records(prefill, row):
             keys = record.position + 1
             running.token_loops_executed += record.loops_computed
-            running.token_loops_full += engine.n_loops
+            running.token_loops_full += cap
             running.flops_executed += flops.loops(
                 record.loops_computed, keys * record.loops_computed
             )
             running.flops_executed += flops.head * record.loops_computed  # the logit lens
-            running.flops_full += flops.loops(engine.n_loops, keys * engine.n_loops)
-            running.flops_full += flops.head * engine.full_heads
+            running.flops_full += flops.loops(cap, keys * cap)
+            running.flops_full += flops.head * engine.full_heads(cap)
             self.exits.append(record.exit_loop)
             yield self._event(record, running, prefill.cache, top_k)
         self.prompt_work = engine.prompt_work(prefill, row)
@@ -229,7 +239,7 @@ class RunReport:
                 "average_exit_loop_generated": (
                     sum(generated_exits) / len(generated_exits) if generated_exits else None
                 ),
-                "loops": self.engine.n_loops,
+                "loops": self.settings.n_loops,
                 **total.to_dict(),
                 "executed_fraction": total.executed_fraction,
                 "tokens_per_s": n / decode_s if n and decode_s > 0 else None,
@@ -237,8 +247,8 @@ class RunReport:
                 "elapsed_s": time.perf_counter() - self.start,
                 "kv_bytes": cache.live_bytes,
                 "peak_kv_bytes": cache.peak_bytes,
-                "kv_policy": self.engine.policy.name,
-                "exit_rule": self.engine.rule.name,
+                "kv_policy": self.settings.policy.name,
+                "exit_rule": self.settings.rule.name,
                 "stopped": stopped,
             }
         )
@@ -289,7 +299,7 @@ def _events(
 ) -> Iterator[TokenEvent]:
     engine = request_engine(loaded, params)
     eos = end_token(loaded)
-    report = RunReport(loaded, prompt, engine)
+    report = RunReport(loaded, prompt, engine, engine.settings)
     prefill = engine.prefill([prompt], reserve=params.max_new_tokens)
     cache = prefill.cache
     assert cache is not None
