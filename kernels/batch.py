@@ -28,7 +28,7 @@ fails the requests prefilled together. Only a failure of the shared decode step 
 (one tensor computation for every row) is nobody's alone: it propagates, and the caller
 fails the whole batch (:mod:`workers.batching`).
 
-A run's tokens, exit loops and events are those :func:`kernels.stream.generate_stream`
+A run's tokens, exit loops and events are those :func:`kernels.generate.generate_stream`
 gives for it alone (same seed, same settings): its prefill is the same computation
 (chunked and beside other prompts, which changes only the rounding), its sampler draws
 from its own generator, and the decode differs only in the rounding of batched matrix
@@ -47,18 +47,13 @@ from kernels.checkpoint import LoadedModel
 from kernels.decode import Decoder
 from kernels.engine import Engine
 from kernels.params import BOUNDS
+from kernels.report import RunReport, TokenEvent
+from kernels.request import GenerationParams, encode_request, end_token
 from kernels.rules import kv_policy
 from kernels.runner import PrefillResult, PrefillState
 from kernels.sampling import Sampler
 from kernels.scheduler import PrefillSchedule, RowSettings, Scheduler
-from kernels.stream import (
-    GenerationParams,
-    RunReport,
-    TokenEvent,
-    encode_request,
-    end_token,
-)
-from kernels.work import Work
+from kernels.work import WorkCount
 
 LENS_WIDTH = int(BOUNDS["top_k"].high)  # the widest logit lens a request may ask for
 # prompt position-loops a joining request prefills per step: on the shipped model one
@@ -341,7 +336,7 @@ class ContinuousBatch:
             return
         cache = self.decoding.cache
         cache.load_row(row, prefill.cache, extra=params.max_new_tokens, source_row=mine)
-        self.decoding.works[row] = Work()
+        self.decoding.works[row] = WorkCount()
         token = run.sampler(prefill.logits[mine, len(run.prompt) - 1], 0)
         self.decoder.start([(row, run.key, run.settings, token)])
 
@@ -388,5 +383,5 @@ class ContinuousBatch:
         if run.report is None or not run.joined:  # cancelled before it joined
             update.summary = {"stopped": stopped, "generated_tokens": 0}
             return
-        work = self.decoding.works[freed] if freed is not None else Work()
+        work = self.decoding.works[freed] if freed is not None else WorkCount()
         update.summary = run.report.summary(work, self.decoding.cache, stopped)

@@ -31,7 +31,7 @@ from kernels.runner import (
 )
 from kernels.sampling import Sampler
 from kernels.scheduler import Done, PrefillSchedule, RowSettings, Scheduler
-from kernels.work import Work
+from kernels.work import WorkCount
 
 
 @dataclass
@@ -140,7 +140,7 @@ class Engine(StepRunner):
         max_new_tokens: int,
         sampler: Sampler | None = None,
         eos_token_id: int | None = None,
-        work: Work | None = None,
+        work: WorkCount | None = None,
     ) -> Iterator[TokenRecord]:
         """Generate up to ``max_new_tokens`` per row after ``prefill`` (built with
         ``reserve >= max_new_tokens``), yielding each token once it has run its loops.
@@ -156,7 +156,7 @@ class Engine(StepRunner):
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
             raise ValueError("prefill reserve is smaller than max_new_tokens")
         sampler = sampler or Sampler()
-        work = work if work is not None else Work()
+        work = work if work is not None else WorkCount()
         b = len(prefill.lengths)
         settings = replace(self.settings, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
         decoding = self.decode_state(cache, kl=self.rule.needs_logits)

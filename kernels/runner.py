@@ -31,7 +31,7 @@ from kernels.exits import step_mass
 from kernels.model import Attend, LoopedLM, padded_causal_attend
 from kernels.rules import ExitRule, KVPolicy, LoopSignals
 from kernels.scheduler import ChunkStep, RowSettings, StepPlan
-from kernels.work import FlopModel, Work
+from kernels.work import FlopModel, WorkCount
 
 
 @dataclass
@@ -259,7 +259,7 @@ class DecodeState:
     x: Tensor  # (B, H) each row's current token state
     state: TokenState  # (B, …) its stopping distribution and output logits
     trace: Trace | None  # (T, B, …)
-    works: list[Work]  # executed work, per row (rows may share one counter)
+    works: list[WorkCount]  # executed work, per row (rows may share one counter)
 
 
 @dataclass
@@ -278,7 +278,7 @@ class PrefillState:
     state: TokenState  # (B*S, …)
     trace: Trace | None  # (T, B*S, …)
     loops_computed: Tensor  # (B*S,)
-    work: Work
+    work: WorkCount
     keep_cache: bool
     rows: PrefillRows
 
@@ -307,7 +307,7 @@ class PrefillResult:
     exit_loop: Tensor  # (B, S) reported exit loop, 0 for pads
     loops_computed: Tensor  # (B, S)
     cache: DepthKVCache | None
-    work: Work
+    work: WorkCount
     trace: Trace | None = field(default=None, repr=False)
     state: TokenState | None = field(default=None, repr=False)
     settings: list[RowSettings] = field(default_factory=list, repr=False)  # per row
@@ -348,6 +348,10 @@ class StepRunner:
         self.flops = FlopModel(self.config)
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
+        # a decode step's attention as one call over a packed copy of every row's keys,
+        # or per row on views (kernels.attention.DecodePlan): on the CPU the per-row calls
+        # were faster (benchmarks in kernels/README.md); elsewhere launches cost more
+        self.packed_attention = self.device.type != "cpu"
 
     def full_heads(self, cap: int) -> int:
         """LM-head calls per token of the full-depth baseline of a row of loop cap ``cap``:
@@ -376,11 +380,6 @@ class StepRunner:
             x = layer(x, cos, sin, attend(index))
         return self.body.norm(x)  # the loop's normed output state
 
-    def _count(self, work: Work, n: int, keys: float) -> None:
-        work.token_loops_executed += n
-        work.token_layers_executed += n * len(self.body.layers)
-        work.flops_executed += self.flops.loops(n, keys)
-
     def _report_heads(
         self,
         state: TokenState,
@@ -388,17 +387,13 @@ class StepRunner:
         loop: int | Tensor,
         h: Tensor,
         chosen: Tensor,
-        work: Work,
+        work: WorkCount,
     ) -> None:
         """The tokens ``chosen`` (into ``slots`` (N,)) report their exit at ``loop`` (one,
         or each token's (N,)): the LM head of their states h (N, H), for them only."""
-        self._count_heads(len(chosen), work)
+        self.flops.count_heads(work, len(chosen))
         state.out_logits[slots[chosen]] = self.model.lm_head(h[chosen])
         state.reported[slots[chosen]] = loop if isinstance(loop, int) else loop[chosen]
-
-    def _count_heads(self, n: int, work: Work) -> None:
-        work.head_tokens += n
-        work.flops_executed += self.flops.head * n
 
     def _finish_loop(
         self,
@@ -408,7 +403,7 @@ class StepRunner:
         h: Tensor,
         state: TokenState,
         trace: Trace | None,
-        work: Work,
+        work: WorkCount,
         rules: LoopRules,
         live: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
@@ -443,7 +438,7 @@ class StepRunner:
                 logits, logp = logits[live], logp[live]
             top = None if top is None else (top[0][live], top[1][live])
         if logits is not None:
-            self._count_heads(len(h), work)
+            self.flops.count_heads(work, len(h))
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
         cumulative = state.cumulative[slots] + p
         gate_sum = state.gate_sum[slots] + lam
@@ -488,10 +483,10 @@ class StepRunner:
         return stop, None
 
     def _frozen_kv(
-        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
+        self, h: Tensor, cos: Tensor, sin: Tensor, work: WorkCount
     ) -> list[tuple[Tensor, Tensor]]:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
-        work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
+        self.flops.count_projections(work, len(h))
         return [
             layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
             for layer in self.body.decoder_layers
@@ -523,10 +518,9 @@ class StepRunner:
         )
         cos, sin = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
         keys = (torch.arange(s, device=self.device) + 1).repeat(b).float()  # causal keys seen
-        work = Work()
+        work = WorkCount()
         for n, st in zip(lengths, settings, strict=True):
-            work.token_loops_full += n * st.n_loops
-            work.flops_full += self._prompt_flops_full(n, n * (n + 1) / 2, st.n_loops)
+            self.flops.count_full(work, n, n * (n + 1) / 2, st.n_loops, self.full_heads(st.n_loops))
         tracing = self.tracing
         return PrefillState(
             ids=ids,
@@ -553,13 +547,13 @@ class StepRunner:
             rows=rows_of,
         )
 
-    def prompt_work(self, prefill: PrefillResult, row: int) -> Work:
+    def prompt_work(self, prefill: PrefillResult, row: int) -> WorkCount:
         """The work of row ``row`` of a prefill, from the loops its positions computed:
         the rows of one prefill may be different requests, each reporting its own. The same
         counts as the prefill's ``work`` (its sum over the rows) when its rows share their
         rule and policy; else each row counts the LM heads and projections its own rule
         and policy ask for."""
-        n, layers, mine = prefill.lengths[row], len(self.body.layers), prefill.settings[row]
+        n, mine = prefill.lengths[row], prefill.settings[row]
         loops = prefill.loops_computed[row, :n]  # (n,)
         keys = torch.arange(1, n + 1, device=loops.device)  # causal keys each position sees
         executed, seen, early = torch.stack(
@@ -567,21 +561,12 @@ class StepRunner:
         ).tolist()
         heads = executed if self.tracing or mine.rule.needs_logits else n  # else one, at exit
         frozen = early if mine.policy.frozen_terminal else 0  # recompute-kv's projections
-        return Work(
-            token_loops_executed=executed,
-            token_loops_full=n * mine.n_loops,
-            token_layers_executed=executed * layers,
-            head_tokens=heads,
-            flops_executed=self.flops.loops(executed, seen)
-            + self.flops.head * heads
-            + self.flops.kv_projection * layers * frozen,
-            flops_full=self._prompt_flops_full(n, n * (n + 1) / 2, mine.n_loops),
-        )
-
-    def _prompt_flops_full(self, n: int, keys: float, cap: int) -> float:
-        """What full depth (``cap`` loops) costs ``n`` prompt positions seeing ``keys`` keys
-        in all."""
-        return cap * self.flops.loops(n, keys) + self.flops.head * self.full_heads(cap) * n
+        work = WorkCount()
+        self.flops.count_loops(work, executed, seen)
+        self.flops.count_heads(work, heads)
+        self.flops.count_projections(work, frozen)
+        self.flops.count_full(work, n, n * (n + 1) / 2, mine.n_loops, self.full_heads(mine.n_loops))
+        return work
 
     @torch.no_grad()
     def run_prefill_step(self, step: ChunkStep, prefilling: PrefillState) -> bool:
@@ -612,7 +597,7 @@ class StepRunner:
         else:
             attend = self._chunk_attend(cache, step, row_of, cols, p.rows)
             h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
-        self._count(p.work, len(flat), float(p.keys[flat].sum()))
+        self.flops.count_loops(p.work, len(flat), float(p.keys[flat].sum()))
         p.loops_computed[flat] += 1
         rules = p.rows.rules(row_of)
         stop, report = self._finish_loop(t, flat, cols, h, p.state, p.trace, p.work, rules)
@@ -716,7 +701,7 @@ class StepRunner:
             x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
             state=TokenState.create(b, self.config.vocab_size, self.dtype, self.device, kl, 0),
             trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
-            works=[Work() for _ in range(b)],
+            works=[WorkCount() for _ in range(b)],
         )
 
     def start_tokens(
@@ -739,9 +724,7 @@ class StepRunner:
         decoding.x[index] = self.body.embed_tokens.weight[ids]  # (N, H)
         for row, s in zip(rows, settings, strict=True):
             work, position = decoding.works[row], decoding.cache.e_len[row]
-            work.token_loops_full += s.n_loops
-            work.flops_full += self.flops.loops(1, position + 1) * s.n_loops
-            work.flops_full += self.flops.head * self.full_heads(s.n_loops)
+            self.flops.count_full(work, 1, position + 1, s.n_loops, self.full_heads(s.n_loops))
 
     @torch.no_grad()
     def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:
@@ -766,7 +749,7 @@ class StepRunner:
         if live is not None:  # the idle rows' results are dropped: (R, …) -> (R_live, …)
             plan, rows, pos, t, caps = plan.live(), rows[live], pos[live], t[live], caps[live]
             h, cos, sin, rules = h[live], cos[live], sin[live], _plan_rules(plan, caps)
-        scratch = Work()
+        scratch = WorkCount()
         stop, report = self._finish_loop(
             t, rows, pos, computed, decoding.state, decoding.trace, scratch, rules, live
         )
@@ -789,14 +772,11 @@ class StepRunner:
             index, slots = rows[sel], pos[sel]
             for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], scratch)):
                 cache.write_terminal(layer, index, slots, k, v)
-        kv_flops = self.flops.kv_projection * len(body.layers)
         for i, r in enumerate(plan.rows):
             work = decoding.works[r]
-            work.token_loops_executed += 1
-            work.token_layers_executed += len(body.layers)
-            work.flops_executed += self.flops.loops(1, plan.positions[i] + 1)
-            work.head_tokens += heads[i]
-            work.flops_executed += self.flops.head * heads[i] + kv_flops * (i in frozen)
+            self.flops.count_loops(work, 1, plan.positions[i] + 1)
+            self.flops.count_heads(work, heads[i])
+            self.flops.count_projections(work, int(i in frozen))
             if stops[i]:
                 cache.commit_token(r, plan.loops[i])
         return stops
@@ -822,6 +802,12 @@ class StepRunner:
         visible &= slots[None, :] < pos[:, None]
         visible |= slots[None, :] == pos[:, None]
         c_lens = [cache.loop_len(u, r) for r, u in zip(plan.rows, plan.loops, strict=True)]
+        offsets = None
+        if self.packed_attention:
+            offsets = [
+                store.offsets[r] if n and (store := cache.loops[u - 1]) is not None else 0
+                for r, u, n in zip(plan.rows, plan.loops, c_lens, strict=True)
+            ]
         attention = DecodePlan(
             rows=plan.rows,
             batch=cache.batch,
@@ -831,6 +817,7 @@ class StepRunner:
             c_lens=c_lens,
             n_loops=cache.n_loops,
             dtype=self.dtype,
+            c_offsets=offsets,
         )
         cache.note_scratch(attention.nbytes())
         return attention

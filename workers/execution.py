@@ -24,7 +24,7 @@ from playground.recording import RunControl, TokenWriter, waiting_out_outage
 from playground.services import ModelUnavailable, run_end_publish
 
 if TYPE_CHECKING:
-    from kernels.stream import GenerationParams
+    from kernels.request import GenerationParams
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class InvalidParams(ValueError):
 
 def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
-    from kernels.stream import GenerationParams
+    from kernels.request import GenerationParams
 
     values = {key: value for key, value in run.params.items() if key != "extrapolate"}
     try:

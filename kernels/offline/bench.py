@@ -39,10 +39,10 @@ from kernels.checkpoint import LoadedModel, default_device, load_checkpoint
 from kernels.config import DTYPES, preset
 from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.model import LoopedLM
+from kernels.request import GenerationParams
 from kernels.rules import QExit
 from kernels.sampling import Sampler
-from kernels.stream import GenerationParams
-from kernels.work import FlopModel, Work
+from kernels.work import FlopModel, WorkCount
 
 SHIPPED_MODEL = Path(__file__).parents[1] / "models" / "pydoc-loop"
 POLICIES = ("best-available", "select", "recompute-kv")
@@ -208,7 +208,7 @@ def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, re
     for _ in range(load.repeats):
         for case in cases:
             wall = cpu = 0.0
-            work, tokens, exits, peaks, depths = Work(), 0, 0, [], []
+            work, tokens, exits, peaks, depths = WorkCount(), 0, 0, [], []
             for prompt in prompts:
                 engine = _engine(loaded, case)
                 prefill = engine.prefill([prompt], reserve=load.decode_new)
@@ -218,7 +218,7 @@ def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, re
                     engine: Engine = engine,
                     prefill: PrefillResult = prefill,
                     sampler: Sampler = sampler,
-                    work: Work = work,
+                    work: WorkCount = work,
                 ) -> list[TokenRecord]:
                     return list(
                         engine.decode(

@@ -33,7 +33,7 @@ from kernels.checkpoint import LoadedModel
 from kernels.config import DTYPES
 from kernels.offline import bench
 from kernels.offline.host_reads import count_host_reads
-from kernels.stream import GenerationParams
+from kernels.request import GenerationParams
 
 QS = (1.0, 0.9, 0.7, 0.5)
 FULL = bench.Workload(
@@ -48,8 +48,18 @@ FULL = bench.Workload(
     qs=QS,
     repeats=3,
 )
-QUICK = replace(
-    bench.QUICK, prefill_len=64, decode_new=4, requests=8, batch_new=4, qs=(1.0, 0.7), repeats=1
+# the dry run: every figure computed once, on a workload a busy CPU runs in a minute
+QUICK = bench.Workload(
+    prefill_rows=1,
+    prefill_len=32,
+    decode_prompt=8,
+    decode_new=2,
+    decode_prompts=1,
+    requests=6,
+    batch_prompt=8,
+    batch_new=2,
+    qs=(1.0, 0.7),
+    repeats=1,
 )
 BATCHES = {"full": (8, 32), "quick": (2, 4)}
 
@@ -165,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    if device.type == "cpu":  # as the bench and the workers run: threads only contend
+        torch.set_num_threads(1)
     load, batches = (QUICK, BATCHES["quick"]) if args.quick else (FULL, BATCHES["full"])
     wide = batches[-1]
     torch.manual_seed(0)

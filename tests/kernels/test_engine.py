@@ -10,7 +10,7 @@ from kernels.engine import Engine, TokenRecord
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, LoopSignals, Ponder, QExit
 from kernels.runner import Trace
 from kernels.scheduler import PrefillSchedule
-from kernels.work import Work
+from kernels.work import WorkCount
 from tests.kernels.naive import naive_generate
 
 POLICIES = ["best-available", "select", "recompute-kv"]
@@ -238,7 +238,7 @@ def test_exited_tokens_are_never_computed_again(ouro_tiny, prompts, policy):
     # given
     engine = Engine(ouro_tiny.model, QExit(0.5), policy)
     counts, handles = count_layer_rows(ouro_tiny.model)
-    work = Work()
+    work = WorkCount()
 
     # when
     try:
@@ -343,7 +343,7 @@ def test_each_rows_prompt_work_adds_up_to_the_prefills(ouro_tiny, prompts, polic
 def test_decode_work_counts_each_tokens_full_depth_baseline(ouro_tiny, prompts, top_k):
     # given two rows decoding, with and without a logit lens at every loop
     engine = Engine(ouro_tiny.model, QExit(0.5), top_k=top_k)
-    work = Work()
+    work = WorkCount()
 
     # when
     _, _, records = greedy(engine, prompts[:2], 4, work=work)

@@ -8,9 +8,9 @@ from kernels.batch import ContinuousBatch
 from kernels.checkpoint import load_checkpoint
 from kernels.engine import Engine
 from kernels.offline.host_reads import count_host_reads
+from kernels.request import GenerationParams
 from kernels.rules import ACT, Convergence, Fixed, Ponder, QExit
 from kernels.runner import StepRunner
-from kernels.stream import GenerationParams
 from tests.kernels.naive import naive_generate
 from tests.kernels.test_runner import PROMPTS, SETTINGS, assert_rows_equal, run
 

@@ -6,7 +6,7 @@ import torch
 
 from kernels.batch import ContinuousBatch
 from kernels.offline.host_reads import count_host_reads
-from kernels.stream import GenerationParams
+from kernels.request import GenerationParams
 
 REQUESTS = [
     ("def f(x):", GenerationParams(max_new_tokens=5, q=0.6, top_k=3)),

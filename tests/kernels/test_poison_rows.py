@@ -9,8 +9,9 @@ import pytest
 
 from kernels import batch as batch_module
 from kernels.batch import ContinuousBatch
+from kernels.report import RunReport
+from kernels.request import GenerationParams
 from kernels.sampling import Sampler
-from kernels.stream import GenerationParams, RunReport
 from tests.kernels.test_batch import REQUESTS, alone, assert_same_run
 
 GOOD = ("greedy", "sampled", "fixed")

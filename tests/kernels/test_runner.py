@@ -133,3 +133,20 @@ def test_a_steps_lens_is_the_widest_its_rows_asked_for(ouro_tiny):
         assert computed.any()
         assert (trace.top_ids[computed][:, :3] >= 0).all()
         assert (trace.top_ids[..., 3:] == -1).all()
+
+
+def test_the_packed_attention_step_equals_the_per_row_one(ouro_tiny):
+    # given rows of five rules, three policies and four caps, decoded with each row's
+    # attention a call of its own (the CPU's choice), and packed into one call a step
+    prompts = [list(ouro_tiny.tokenizer.encode(p)) for p in PROMPTS]
+    per_row = StepRunner(ouro_tiny.model, loops=6, top_k=5, trace=True)
+    packed = StepRunner(ouro_tiny.model, loops=6, top_k=5, trace=True)
+    per_row.packed_attention, packed.packed_attention = False, True
+
+    # when
+    want = run(per_row, prompts, SETTINGS, 3)
+    got = run(packed, prompts, SETTINGS, 3)
+
+    # then every row computed the same (logits within 1e-5)
+    for r in range(len(prompts)):
+        assert_rows_equal((got[0][r], got[1][r]), (want[0][r], want[1][r]))

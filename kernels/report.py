@@ -1,57 +1,26 @@
-"""Streaming generation for the workers: one JSON-safe event per position.
-
-    for event in generate_stream(loaded, "def add(a, b):", GenerationParams(q=0.7)):
-        publish(event.to_dict())
+"""What a run reports: one JSON-safe event per position, and its summary.
 
 Events come in position order: every prompt position (from prefill), then every generated
 token once it has itself run its loops. The event of position i describes the token at i
-and the loops computed at i, which produce the prediction of token i+1.
+and the loops computed at i, which produce the prediction of token i+1. A run alone
+(:mod:`kernels.generate`) and a run in a continuous batch (:mod:`kernels.batch`) report
+through the same :class:`RunReport`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any, Self
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine, PrefillResult, TokenRecord
-from kernels.params import RunParams
-from kernels.rules import ACT, Convergence, ExitRule, Fixed, Ponder, QExit, kv_policy
-from kernels.sampling import Sampler
 from kernels.scheduler import RowSettings
-from kernels.work import FlopModel, Work
-
-
-@dataclass
-class GenerationParams(RunParams):
-    """One request's settings (the fields, defaults and bounds of ``RunParams``);
-    ``validate`` raises ``ValueError`` with a clear message."""
-
-    def validate(self) -> Self:
-        super().validate()
-        kv_policy(self.kv_policy)
-        self.rule()
-        self.sampler()
-        return self
-
-    def sampler(self) -> Sampler:
-        return Sampler(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
-
-    def rule(self) -> ExitRule:
-        if self.exit_rule == "q-exit":
-            return QExit(self.q)
-        if self.exit_rule == "convergence":
-            return Convergence(self.kl_threshold)
-        if self.exit_rule == "ponder":  # sampled per token from the request's seed
-            return Ponder()
-        if self.exit_rule == "act":
-            return ACT(self.act_eps)
-        return Fixed(self.fixed_loops or 0)
+from kernels.work import FlopModel, WorkCount
 
 
 @dataclass
@@ -78,20 +47,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-@dataclass
-class GenerationStream:
-    """Iterator of :class:`TokenEvent`; ``summary`` is filled in once it is exhausted."""
-
-    _events: Iterator[TokenEvent]
-    summary: dict[str, Any] | None = field(default=None)
-
-    def __iter__(self) -> GenerationStream:
-        return self
-
-    def __next__(self) -> TokenEvent:
-        return next(self._events)
 
 
 # Each tokenizer's texts of single tokens, decoded once: a token event names up to top_k
@@ -125,60 +80,6 @@ class _Pieces:
         return text
 
 
-def generate_stream(
-    loaded: LoadedModel,
-    prompt_text: str,
-    params: GenerationParams,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> GenerationStream:
-    """Run ``prompt_text`` through the engine and stream one event per position."""
-    prompt = encode_request(loaded, prompt_text, params)
-    stream = GenerationStream(iter(()))
-    stream._events = _events(loaded, prompt, params, should_stop, stream)
-    return stream
-
-
-def encode_request(
-    loaded: LoadedModel, prompt: str | list[int], params: GenerationParams
-) -> list[int]:
-    """Validate a request and encode its prompt text, or take its token ids as they are
-    (ValueError naming the problem)."""
-    params.validate()
-    if isinstance(prompt, str):
-        prompt = list(loaded.tokenizer.encode(prompt))
-    elif any(not 0 <= i < loaded.config.vocab_size for i in prompt):
-        raise ValueError(f"prompt token ids must lie in [0, {loaded.config.vocab_size})")
-    if not prompt:
-        raise ValueError("the prompt encodes to no tokens")
-    limit = loaded.config.max_position_embeddings
-    if len(prompt) + params.max_new_tokens > limit:
-        raise ValueError(
-            f"prompt ({len(prompt)} tokens) + max_new_tokens ({params.max_new_tokens}) "
-            f"exceeds the model's {limit} positions"
-        )
-    return prompt
-
-
-def request_engine(
-    loaded: LoadedModel, params: GenerationParams, *, loops: int | None = None
-) -> Engine:
-    """The engine a request is prefilled (and, alone, decoded) by."""
-    return Engine(
-        loaded.model,
-        params.rule(),
-        params.kv_policy,
-        loops=loops or params.loops,
-        top_k=params.top_k,
-        trace=True,
-        seed=params.seed,
-    )
-
-
-def end_token(loaded: LoadedModel) -> int | None:
-    eos = getattr(loaded.tokenizer, "eos_token_id", None)
-    return eos if eos is not None else loaded.config.eos_token_id
-
-
 class RunReport:
     """One run's events and summary from its runner's records, alone or in a batch: the
     work counters, texts and exits accumulate here, so both paths report alike.
@@ -191,7 +92,7 @@ class RunReport:
         self.pieces, self.flops = _Pieces(loaded.tokenizer), FlopModel(loaded.config)
         self.start = time.perf_counter()
         self.exits: list[int] = []
-        self.prompt_work = Work()
+        self.prompt_work = WorkCount()
         self.first_token_s: float | None = None
         self.decode_start = 0.0
         self.n_generated = 0
@@ -202,24 +103,20 @@ class RunReport:
         """One event per prompt position of the prefill's row ``row`` (this run's), the
         work counters accumulated position by position."""
         engine, flops, cap = self.engine, self.flops, self.settings.n_loops
-        running = Work()
+        running = WorkCount()
         for record in engine.prompt_records(prefill, row):
             keys = record.position + 1
-            running.token_loops_executed += record.loops_computed
-            running.token_loops_full += cap
-            running.flops_executed += flops.loops(
-                record.loops_computed, keys * record.loops_computed
-            )
-            running.flops_executed += flops.head * record.loops_computed  # the logit lens
-            running.flops_full += flops.loops(cap, keys * cap)
-            running.flops_full += flops.head * engine.full_heads(cap)
+            n = record.loops_computed
+            flops.count_loops(running, n, keys * n)
+            flops.count_heads(running, n)  # the logit lens
+            flops.count_full(running, 1, keys, cap, engine.full_heads(cap))
             self.exits.append(record.exit_loop)
             yield self._event(record, running, prefill.cache, top_k)
         self.prompt_work = engine.prompt_work(prefill, row)
         self.decode_start = time.perf_counter()
 
     def generated(
-        self, record: TokenRecord, work: Work, cache: DepthKVCache, top_k: int
+        self, record: TokenRecord, work: WorkCount, cache: DepthKVCache, top_k: int
     ) -> TokenEvent:
         """The event of a generated token; ``work`` is the run's decode work so far."""
         self.n_generated += 1
@@ -227,7 +124,7 @@ class RunReport:
         self.first_token_s = self.first_token_s or time.perf_counter() - self.start
         return self._event(record, self.prompt_work + work, cache, top_k)
 
-    def summary(self, work: Work, cache: DepthKVCache, stopped: str) -> dict[str, Any]:
+    def summary(self, work: WorkCount, cache: DepthKVCache, stopped: str) -> dict[str, Any]:
         decode_s = time.perf_counter() - self.decode_start
         total, n = self.prompt_work + work, self.n_generated
         generated_exits = self.exits[len(self.prompt) :]
@@ -254,7 +151,7 @@ class RunReport:
         )
 
     def _event(
-        self, record: TokenRecord, work: Work, cache: DepthKVCache | None, top_k: int
+        self, record: TokenRecord, work: WorkCount, cache: DepthKVCache | None, top_k: int
     ) -> TokenEvent:
         assert cache is not None
         pieces = self.pieces
@@ -288,35 +185,3 @@ class RunReport:
             work=counters,
             elapsed_s=time.perf_counter() - self.start,
         )
-
-
-def _events(
-    loaded: LoadedModel,
-    prompt: list[int],
-    params: GenerationParams,
-    should_stop: Callable[[], bool],
-    stream: GenerationStream,
-) -> Iterator[TokenEvent]:
-    engine = request_engine(loaded, params)
-    eos = end_token(loaded)
-    report = RunReport(loaded, prompt, engine, engine.settings)
-    prefill = engine.prefill([prompt], reserve=params.max_new_tokens)
-    cache = prefill.cache
-    assert cache is not None
-    yield from report.prompt_events(prefill, params.top_k)
-    work = Work()
-    stopped = "max_new_tokens"
-    for record in engine.decode(
-        prefill,
-        max_new_tokens=params.max_new_tokens,
-        sampler=params.sampler(),
-        eos_token_id=eos,
-        work=work,
-    ):
-        yield report.generated(record, work, cache, params.top_k)
-        if record.token_id == eos:
-            stopped = "eos"
-        if should_stop():
-            stopped = "stopped"
-            break
-    stream.summary = report.summary(work, cache, stopped)
