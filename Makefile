@@ -33,6 +33,6 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
 
-# Not part of CI: mutmut over the core modules, one at a time (see README, "Mutation testing").
+# Not part of CI: mutmut over the core modules, one at a time (see docs/development.md, "Mutation testing").
 mutation: setup
 	VENV=$(VENV) scripts/mutation

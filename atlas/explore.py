@@ -1,6 +1,7 @@
 """What the Explore page shows for a query string (results, facet panels, timeline), and
 what an author's page shows (their works and the same panels over them)."""
 
+import hashlib
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -51,6 +52,7 @@ class ExplorePage:
     figure: dict | None = None
     cache_key: str = ""  # the data version and the search: what the fragments depend on
     cache_seconds: int = 0
+    version: str = ""  # the data version alone: what a result row depends on
     authors: list[Author] = field(default_factory=list)  # the ``author`` filter's, by name
 
     @property
@@ -127,14 +129,17 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
     The aggregates (counts per facet value, the timeline, the total) cost the most at
     scale and depend only on the data version and the filters, so they are cached under
     both (``cache_key``, which the template's fragments of them use too): nothing cached
-    can go stale. The page of results is read each time.
+    can go stale. The page of results is read each time; each result row's text, which
+    depends on the work and the version alone, is a fragment cached under them.
     """
     filterset = work_filter(params=params)
     if not filterset.is_valid():
         return ExplorePage(filterset=filterset, panels=facet_panels(filterset, {}))
     kept = params.copy()
     kept.pop("page", None)  # every page of a search shares its aggregates
-    key = f"{data_version().tag}:{query_normalised(kept)}"
+    search = hashlib.sha256(query_normalised(kept).encode()).hexdigest()  # bounded, any query
+    version = data_version().tag
+    key = f"{version}:{search}"
     summary: ExploreSummary | None = cache.get(f"explore:{key}")
     if summary is None:
         summary = _summary(filterset, params)
@@ -147,6 +152,7 @@ def explore_page(*, params: QueryDict) -> ExplorePage:
         figure=summary.figure,
         cache_key=key,
         cache_seconds=settings.EXPLORE_CACHE_SECONDS,
+        version=version,
         authors=list(Author.objects.filter(slug__in=filterset.form.cleaned_data["author"])),
     )
 

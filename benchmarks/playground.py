@@ -16,7 +16,7 @@ Ouro-format directory. Three measurements, each with its baseline in the same ru
    first event for the same prompt, in this process.
 2. **Per-token overhead of persisting and streaming**: decode tokens/s of the served run
    (the worker's engine loop, which stores and publishes each token and checks for Stop)
-   against the bare ``kernels.stream.generate_stream`` on the same prompt, parameters and
+   against the bare ``kernels.generate.generate_stream`` on the same prompt, parameters and
    model in this process, interleaved round by round; also the token interval a viewer
    sees. Goal: ≤ 10 % slower.
 3. **20 concurrent viewers of one run**: all connect as the run starts; each must receive
@@ -149,7 +149,8 @@ def _token_times(seen: list[tuple[float, dict]]) -> dict[str, float | None]:
 
 
 def _bare(loaded, body: dict) -> dict[str, float]:
-    from kernels.stream import GenerationParams, generate_stream
+    from kernels.generate import generate_stream
+    from kernels.request import GenerationParams
 
     params = {k: v for k, v in body.items() if k not in ("prompt", "model", "extrapolate")}
     start, cpu = time.perf_counter(), time.process_time()

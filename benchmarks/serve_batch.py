@@ -12,7 +12,7 @@ best repeat (noise only adds time):
 
 1. **Aggregate generated tokens/s**: ``--runs`` requests added to one
    :class:`kernels.batch.ContinuousBatch` at once, against the same requests one after
-   another through :func:`kernels.stream.generate_stream`.
+   another through :func:`kernels.generate.generate_stream`.
 2. **Depth-pipelined against lockstep** at q = 0.7 with ``--runs`` rows: the same batch
    where a row whose token stopped waits for the deepest row. Two lockstep baselines:
    ``dense``, a static batch that computes every row's whole loop (layers, gate, LM
@@ -40,8 +40,9 @@ import torch
 
 from kernels.batch import ContinuousBatch, RunUpdate
 from kernels.checkpoint import LoadedModel, load_checkpoint
+from kernels.generate import generate_stream
 from kernels.offline.bench import random_model
-from kernels.stream import GenerationParams, generate_stream
+from kernels.request import GenerationParams
 
 PROMPTS = [
     "def add(a, b):",

@@ -166,6 +166,12 @@ class DecodePlan:
     batched call with a per-row mask; the loop-store segment is batched too when all rows
     are at the same loop, else one call per row on a view (rows at different loops read
     different stores). Without every sequence, each row is attended alone on views.
+
+    ``packed``: instead, one attention call for every row, whatever its loop: each row's
+    keys are copied into one padded (R, W + L, nkv, d) layout (its W terminal slots, then
+    up to L entries of its loop's store, one gather per loop present) under one mask. The
+    copy costs memory traffic, the per-row calls cost launches and host work: the runner
+    picks per device (:attr:`kernels.runner.StepRunner.packed_attention`).
     """
 
     def __init__(
@@ -173,34 +179,92 @@ class DecodePlan:
         *,
         rows: list[int],
         batch: int,
-        pos: Tensor,
+        positions: list[int],
         loops: list[int],
         visible: Tensor,
         c_lens: list[int],
         n_loops: int,
         dtype: torch.dtype,
+        c_offsets: list[int] | None = None,
     ) -> None:
-        self.rows, self.pos, self.loops, self.c_lens = rows, pos.tolist(), loops, c_lens
+        """``c_offsets``: where each row's entries start in its loop's store; given, the
+        step is ``packed``."""
+        self.rows, self.pos, self.loops, self.c_lens = rows, positions, loops, c_lens
         self.n_loops, self.dtype = n_loops, dtype
         self.batched = len(rows) == batch
         self.width = visible.shape[1]
+        # always applied (a mask of zeros changes nothing): knowing that a row sees every
+        # key would cost a read back from the device
         self.mask = additive_mask(visible, dtype)  # (R, W)
-        self.all_visible = visible.all(1).tolist()
         self.same_loop = len(set(loops)) == 1
+        self.packed = c_offsets is not None
+        if c_offsets is not None:
+            self._pack(c_offsets, visible.device)
+
+    def _pack(self, offsets: list[int], device: torch.device) -> None:
+        """The packed layout's tables, shared by every layer: the rows whose terminal slots
+        are read, and per loop present its rows and the store slots each reads (padding
+        repeats a row's last entry, masked)."""
+        r, self.longest = len(self.rows), max(self.c_lens)
+        self.terminal_rows = torch.tensor(self.rows, device=device)  # (R,)
+        present = [[j < n for j in range(self.longest)] for n in self.c_lens]
+        in_store = torch.tensor(present, dtype=torch.bool, device=device).view(r, self.longest)
+        mask = torch.cat([self.mask, additive_mask(in_store, self.dtype)], 1)
+        self.packed_mask = mask[:, None, None, :]  # (R, 1, 1, W + L)
+        self.gathers: list[tuple[int, Tensor, Tensor]] = []  # (loop, rows (R_t,), (R_t, L))
+        for t in sorted(set(self.loops)):
+            sel = [i for i, u in enumerate(self.loops) if u == t and self.c_lens[i]]
+            if sel:
+                slots = [
+                    [offsets[i] + min(j, self.c_lens[i] - 1) for j in range(self.longest)]
+                    for i in sel
+                ]
+                index = torch.tensor(slots, device=device).view(len(sel), self.longest)
+                self.gathers.append((t, torch.tensor(sel, device=device), index))
 
     def nbytes(self) -> int:
-        return self.mask.numel() * self.mask.element_size()
+        """The step's tables (and, packed, one layer's gathered keys and values)."""
+        n = self.mask.numel() * self.mask.element_size()
+        if self.packed:
+            n += self.packed_mask.numel() * self.packed_mask.element_size()
+        return n
+
+    def _attend_packed(
+        self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict[int, LoopStore], layer: int
+    ) -> Tensor:
+        """q (R, 1, nh, d) -> (R, 1, nh, d): one call over the packed layout."""
+        out = []
+        for tensor, of_store in zip(terminal, ("k", "v"), strict=True):  # (B, S, nkv, d)
+            own = tensor[:, : self.width].index_select(0, self.terminal_rows)  # (R, W, nkv, d)
+            if not self.longest:
+                out.append(own)
+                continue
+            gathered = own.new_zeros(len(self.rows), self.longest, *own.shape[2:])
+            for t, sel, slots in self.gathers:
+                gathered[sel] = getattr(stores[t], of_store)[layer][slots]  # (R_t, L, nkv, d)
+            out.append(torch.cat([own, gathered], 1))  # (R, W + L, nkv, d)
+        keys, values = out
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=self.packed_mask,
+            enable_gqa=True,
+        )
+        return o.transpose(1, 2)
 
     def attend(
         self, q: Tensor, terminal: tuple[Tensor, Tensor], stores: dict[int, LoopStore], layer: int
     ) -> Tensor:
         """q (R, 1, nh, d); terminal (K, V) (B, S, nkv, d); stores {t: LoopStore} of the
         loops present; -> (R, 1, nh, d)."""
+        if self.packed:
+            return self._attend_packed(q, terminal, stores, layer)
         if not self.batched:
             rows = [self._attend_row(i, q, terminal, stores, layer) for i in range(len(self.rows))]
             return torch.cat(rows)
         ek, ev = terminal
-        mask = None if all(self.all_visible) else self.mask[:, None, None, :]
+        mask = self.mask[:, None, None, :]
         parts = [attend_with_lse(q, Segment(ek[:, : self.width], ev[:, : self.width], mask))]
         t = self.loops[0]
         batched = (
@@ -255,7 +319,7 @@ class DecodePlan:
     ) -> Tensor:
         r, p = self.rows[i], self.pos[i] + 1
         ek, ev = terminal
-        mask = None if self.all_visible[i] else self.mask[i : i + 1, None, None, :p]
+        mask = self.mask[i : i + 1, None, None, :p]
         segments = [Segment(ek[r : r + 1, :p], ev[r : r + 1, :p], mask)]
         if self.c_lens[i]:
             segments.append(Segment(*stores[self.loops[i]].row(layer, r)))

@@ -7,19 +7,19 @@
             ...  # update.events (TokenEvent), update.summary once the run has left
             ...  # (or update.error, if its own work raised)
 
-A request joins once a row is free: its prompt is prefilled by an engine of its own
-settings, in chunks of at most ``prefill_chunk`` positions
-(:class:`kernels.scheduler.PrefillSchedule`), at most ``prefill_chunk`` position-loops per
-step for each joining request (one loop of a full chunk, or every loop of a short prompt),
-so a joining prompt adds at most that much work to each step of the rows already
-decoding. Requests waiting together with the same prefill settings (all but the seed)
-are prefilled together, one row each, so a crowd arriving at once pays for one prefill's
-steps, not one per request. Once its prefill is done each is loaded into a free row of the
-batch's cache between steps. Then each step runs one loop for
-every row (:class:`kernels.scheduler.Scheduler` plans it,
-:meth:`kernels.runner.StepRunner.run_step` computes it), each row with its own exit rule, q,
-loop cap, KV policy, sampler, token budget and end token. A row leaves when its run
-finishes or is cancelled, and the others go on.
+The batch owns one step runner for its model, and every request's settings travel with
+its rows. A request joins once a row is free: its prompt is prefilled in chunks of at most
+``prefill_chunk`` positions (:class:`kernels.scheduler.PrefillSchedule`), at most
+``prefill_chunk`` position-loops per step for each joining request (one loop of a full
+chunk, or every loop of a short prompt), so a joining prompt adds at most that much work
+to each step of the rows already decoding. Requests waiting together with the same
+prefill settings (all but the seed) are prefilled together, one row each, so a crowd
+arriving at once pays for one prefill's steps, not one per request. Once its prefill is
+done each is loaded into a free row of the batch's cache between steps. Then each step
+runs one loop for every row (:class:`kernels.scheduler.Scheduler` plans it,
+:meth:`kernels.runner.StepRunner.run_step` computes it), each row with its own exit rule,
+q, loop cap, KV policy, lens width, sampler, token budget and end token. A row leaves
+when its run finishes or is cancelled, and the others go on.
 
 A row cannot fail its batch: whatever a run's own Python work raises (its sampling, its
 events, its summary, its joining a row) ends that run alone, with the error in its
@@ -28,7 +28,7 @@ fails the requests prefilled together. Only a failure of the shared decode step 
 (one tensor computation for every row) is nobody's alone: it propagates, and the caller
 fails the whole batch (:mod:`workers.batching`).
 
-A run's tokens, exit loops and events are those :func:`kernels.stream.generate_stream`
+A run's tokens, exit loops and events are those :func:`kernels.generate.generate_stream`
 gives for it alone (same seed, same settings): its prefill is the same computation
 (chunked and beside other prompts, which changes only the rounding), its sampler draws
 from its own generator, and the decode differs only in the rounding of batched matrix
@@ -44,22 +44,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernels.checkpoint import LoadedModel
+from kernels.decode import Decoder
 from kernels.engine import Engine
+from kernels.params import BOUNDS
+from kernels.report import RunReport, TokenEvent
+from kernels.request import GenerationParams, encode_request, end_token
 from kernels.rules import kv_policy
 from kernels.runner import PrefillResult, PrefillState
 from kernels.sampling import Sampler
 from kernels.scheduler import PrefillSchedule, RowSettings, Scheduler
-from kernels.stream import (
-    GenerationParams,
-    RunReport,
-    TokenEvent,
-    encode_request,
-    end_token,
-    request_engine,
-)
-from kernels.work import Work
+from kernels.work import WorkCount
 
-LENS_WIDTH = 50  # the widest logit lens a request may ask for (GenerationParams.top_k)
+LENS_WIDTH = int(BOUNDS["top_k"].high)  # the widest logit lens a request may ask for
 # prompt position-loops a joining request prefills per step: on the shipped model one
 # loop of 32 positions costs about one decode step of 8 rows
 PREFILL_CHUNK = 32
@@ -92,7 +88,6 @@ class BatchRun:
     settings: RowSettings
     sampler: Sampler
     report: RunReport | None = None  # set once its prefill starts
-    engine: Engine | None = None  # the engine it is prefilled by, with its settings
     prefilling: PrefillState | None = None  # shared by the requests prefilled together
     schedule: PrefillSchedule | None = None  # (the same for all of them)
     prefill_row: int = 0  # its row of that prefill
@@ -100,8 +95,9 @@ class BatchRun:
 
     @property
     def prefill_settings(self) -> tuple[Hashable, ...]:
-        """What its prefill engine computes with: requests alike in these (whatever their
-        prompts, seeds and samplers) can share one prefill."""
+        """Requests alike in these (whatever their prompts, seeds and samplers) share one
+        prefill: the runner mixes any settings in a step, but a group alike runs no
+        deeper, and computes no wider a lens, than each of its requests alone."""
         s = self.settings
         return (s.rule, s.policy, s.n_loops, self.params.top_k)
 
@@ -144,13 +140,13 @@ class ContinuousBatch:
         self.loaded, self.lockstep, self.prefill_chunk = loaded, lockstep, prefill_chunk
         self.prefill_group = prefill_group
         self.capacity = capacity or loaded.config.max_position_embeddings
-        self.held: list[tuple[int, int]] = []  # lockstep: (row, next token) not yet started
         self.max_loops = max_loops or 2 * loaded.config.total_ut_steps
         lens = min(LENS_WIDTH, loaded.config.vocab_size)
         self.engine = Engine(loaded.model, loops=self.max_loops, top_k=lens, trace=True)
         cache = self.engine.new_cache(max_rows, self.capacity)
         self.decoding = self.engine.decode_state(cache, kl=True)
         self.scheduler = Scheduler(max_rows)
+        self.decoder = Decoder(self.engine, self.decoding, self.scheduler, lockstep)
         self.eos = end_token(loaded)
         self.waiting: deque[BatchRun] = deque()
         self.runs: dict[Hashable, BatchRun] = {}
@@ -161,12 +157,19 @@ class ContinuousBatch:
     def busy(self) -> bool:
         return bool(self.runs)
 
-    def add(self, key: Hashable, prompt_text: str, params: GenerationParams) -> None:
+    @property
+    def held(self) -> list[tuple[int, int]]:
+        """Lockstep: (row, next token) of the rows waiting for the deepest one."""
+        return self.decoder.held
+
+    def add(self, key: Hashable, prompt_text: str | list[int], params: GenerationParams) -> None:
         """Queue a request; it joins once a row is free. ValueError names a bad request
         (nothing is queued then)."""
         self.admit(self.prepare(key, prompt_text, params))
 
-    def prepare(self, key: Hashable, prompt_text: str, params: GenerationParams) -> BatchRun:
+    def prepare(
+        self, key: Hashable, prompt_text: str | list[int], params: GenerationParams
+    ) -> BatchRun:
         """A validated request (ValueError names the problem), not yet queued. Reads only
         the batch's fixed limits, so any thread may call it while another steps."""
         prompt = encode_request(self.loaded, prompt_text, params)
@@ -185,6 +188,7 @@ class ContinuousBatch:
             max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos,
             seed=params.seed,
+            lens=params.top_k,
         )
         return BatchRun(key, prompt, params, settings, params.sampler())
 
@@ -234,13 +238,13 @@ class ContinuousBatch:
                 if not (self.joining or self._start_prefill()):
                     return
                 lead = self.joining[0]
-                engine, prefilling, schedule = lead.engine, lead.prefilling, lead.schedule
-                assert engine and prefilling and schedule
+                prefilling, schedule = lead.prefilling, lead.schedule
+                assert prefilling and schedule
                 while (step := schedule.plan()) is not None:
                     cost = len(self.joining) * (step.stop - step.start)  # position-loops
                     if spent and spent + cost > budget:
                         return
-                    schedule.advance(step, engine.run_prefill_step(step, prefilling))
+                    schedule.advance(step, self.engine.run_prefill_step(step, prefilling))
                     spent += cost
                 prefill = prefilling.result()
             except Exception as exc:  # the group's own tensors: only its requests fail
@@ -271,18 +275,14 @@ class ContinuousBatch:
             group.append(self.waiting.popleft())
         if not self.joining:
             return False
-        engine = request_engine(self.loaded, self.joining[0].params)
         prompts = [run.prompt for run in self.joining]
-        prefilling = engine.prefill_state(prompts, seeds=[run.params.seed for run in self.joining])
-        schedule = PrefillSchedule(max(map(len, prompts)), self.prefill_chunk, engine.n_loops)
+        settings = [run.settings for run in self.joining]
+        prefilling = self.engine.prefill_state(prompts, settings=settings)
+        deepest = prefilling.rows.deepest
+        schedule = PrefillSchedule(max(map(len, prompts)), self.prefill_chunk, deepest)
         for i, run in enumerate(self.joining):
-            run.engine, run.prefilling, run.schedule, run.prefill_row = (
-                engine,
-                prefilling,
-                schedule,
-                i,
-            )
-            run.report = RunReport(self.loaded, run.prompt, engine)
+            run.prefilling, run.schedule, run.prefill_row = prefilling, schedule, i
+            run.report = RunReport(self.loaded, run.prompt, self.engine, run.settings)
         return True
 
     def _prefill_budget(self) -> int:
@@ -300,14 +300,11 @@ class ContinuousBatch:
     def decode(self) -> dict[Hashable, RunUpdate]:
         """The second half of a step: one loop for every row; the runs' new events."""
         updates: dict[Hashable, RunUpdate] = {}
-        plan = self.scheduler.plan(dense=self.lockstep == "dense")
-        if plan is None:
+        stepped = self.decoder.step()
+        if stepped is None:
             return updates
-        stops = self.engine.run_step(plan, self.decoding)
-        cache, state = self.decoding.cache, self.decoding.state
-        done_now = self.scheduler.advance(plan, stops)
-        records = self.engine.decoded_records(self.decoding, done_now)
-        for done, record in zip(done_now, records, strict=True):
+        cache = self.decoding.cache
+        for done, record in stepped:
             run = self.runs[done.key]
             assert run.report is not None
             with self._alone(done.key, updates):
@@ -319,17 +316,8 @@ class ContinuousBatch:
                     stopped = "eos" if done.token == self.eos else "max_new_tokens"
                     self._leave(done.key, stopped, updates, row=done.row)
                     continue
-                self.held.append((done.row, run.sampler(state.out_logits[done.row], 0)))
-        if self.held and (not self.lockstep or self.scheduler.plan() is None):
-            settings = []
-            for row, token in self.held:
-                waiting = self.scheduler.rows[row]
-                assert waiting is not None
-                self.scheduler.next_token(row, token)
-                settings.append(waiting.settings)
-            rows, tokens = (list(column) for column in zip(*self.held, strict=True))
-            self.engine.start_tokens(self.decoding, rows, tokens, settings)
-            self.held = []
+                self.decoder.hold(done.row, run.sampler(self.decoder.logits(done.row), 0))
+        self.decoder.start_held()
         return updates
 
     def _join(
@@ -348,10 +336,9 @@ class ContinuousBatch:
             return
         cache = self.decoding.cache
         cache.load_row(row, prefill.cache, extra=params.max_new_tokens, source_row=mine)
-        self.decoding.works[row] = Work()
+        self.decoding.works[row] = WorkCount()
         token = run.sampler(prefill.logits[mine, len(run.prompt) - 1], 0)
-        self.scheduler.start(row, run.key, run.settings, token, cache.e_len[row])
-        self.engine.start_tokens(self.decoding, [row], [token], [run.settings])
+        self.decoder.start([(row, run.key, run.settings, token)])
 
     @contextmanager
     def _alone(self, key: Hashable, updates: dict[Hashable, RunUpdate]) -> Iterator[None]:
@@ -379,7 +366,7 @@ class ContinuousBatch:
         if run in self.joining:  # the others' prefill goes on; its row is not used
             self.joining.remove(run)
         freed = self.scheduler.cancel(key) if row is None else row
-        self.held = [(r, token) for r, token in self.held if r != freed]
+        self.decoder.release(freed)
         return run, freed
 
     def _leave(
@@ -396,5 +383,5 @@ class ContinuousBatch:
         if run.report is None or not run.joined:  # cancelled before it joined
             update.summary = {"stopped": stopped, "generated_tokens": 0}
             return
-        work = self.decoding.works[freed] if freed is not None else Work()
+        work = self.decoding.works[freed] if freed is not None else WorkCount()
         update.summary = run.report.summary(work, self.decoding.cache, stopped)

@@ -195,10 +195,13 @@ PRESETS: dict[str, LoopConfig] = {
         dtype="bfloat16",
     ),
 }
+# Ouro-2.6B: Ouro-1.4B's shape with twice the layers
+PRESETS["ouro-2.6b"] = PRESETS["ouro-1.4b"].replace(num_hidden_layers=48)
 
 
 def preset(name: str) -> LoopConfig:
-    """A fresh copy of a named preset (``ouro-tiny``, ``test-32``, ``bench-512``, ``ouro-1.4b``)."""
+    """A fresh copy of a named preset (``ouro-tiny``, ``test-32``, ``bench-512``,
+    ``ouro-1.4b``, ``ouro-2.6b``)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     return PRESETS[name].replace()

@@ -11,25 +11,27 @@ done.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import torch
 from torch import Tensor
 
-from kernels.cache import DepthKVCache
+from kernels.decode import Decoder
+from kernels.model import LoopedLM
+from kernels.rules import ExitRule, QExit, kv_policy
 from kernels.runner import (
     DecodeState,
     PrefillResult,
+    PrefillState,
     StepRunner,
     TokenState,
     Trace,
 )
 from kernels.sampling import Sampler
 from kernels.scheduler import Done, PrefillSchedule, RowSettings, Scheduler
-from kernels.work import Work
+from kernels.work import WorkCount
 
 
 @dataclass
@@ -50,8 +52,54 @@ class TokenRecord:
 
 
 class Engine(StepRunner):
-    """Prefill and decode with a :class:`LoopedLM`: the schedulers' plans run by the step
-    runner, whose arguments it takes (:class:`kernels.runner.StepRunner`)."""
+    """Prefill and decode of one request's settings with a :class:`LoopedLM`: the
+    schedulers' plans run by the step runner, every row with these settings.
+
+    Args:
+        model: the looped LM (eval mode; its dtype and device are used).
+        rule: the exit rule (default Q-exit with q = 1, i.e. full depth).
+        policy: KV policy name: ``best-available`` (default), ``select``, ``recompute-kv``.
+        loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
+        top_k: width of the per-loop logit lens recorded in traces.
+        trace: record gate values per loop (default: when ``top_k`` > 0).
+        seed: the request's seed, which exit rules see (for reproducible random draws).
+    """
+
+    def __init__(
+        self,
+        model: LoopedLM,
+        rule: ExitRule | None = None,
+        policy: str = "best-available",
+        *,
+        loops: int | None = None,
+        top_k: int = 0,
+        trace: bool | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(model, loops=loops, top_k=top_k, trace=trace)
+        self.rule, self.policy, self.seed = rule or QExit(1.0), kv_policy(policy), seed
+        self.settings = RowSettings(
+            self.rule, self.policy, self.n_loops, max_new_tokens=0, seed=seed, lens=top_k
+        )
+
+    def prefill_state(
+        self,
+        rows: list[list[int]] | Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        reserve: int = 0,
+        keep_cache: bool = True,
+        settings: list[RowSettings] | None = None,
+        seeds: list[int] | None = None,
+    ) -> PrefillState:
+        """The runner's prefill state, every row with this engine's settings (``seeds``:
+        each row's own seed instead, so its rows may be different requests)."""
+        if settings is None:
+            n = len(rows)
+            settings = [replace(self.settings, seed=s) for s in seeds or [self.seed] * n]
+        return super().prefill_state(
+            rows, attention_mask, reserve=reserve, keep_cache=keep_cache, settings=settings
+        )
 
     # -- prefill -----------------------------------------------------------------------
     @torch.no_grad()
@@ -92,21 +140,15 @@ class Engine(StepRunner):
         max_new_tokens: int,
         sampler: Sampler | None = None,
         eos_token_id: int | None = None,
-        work: Work | None = None,
-        queue: Iterator[list[int]] | None = None,
+        work: WorkCount | None = None,
     ) -> Iterator[TokenRecord]:
         """Generate up to ``max_new_tokens`` per row after ``prefill`` (built with
         ``reserve >= max_new_tokens``), yielding each token once it has run its loops.
 
         Each row stops after its ``max_new_tokens``-th token or after ``eos_token_id``;
         the last sampled token is run too, so its exit loop is known. Executed work is
-        added to ``work`` as it happens.
-
-        With a ``queue`` of further prompts the batch is served continuously: a finished
-        row takes the next prompt (prefilled alone, then loaded into that row's cache), so
-        the batch stays full and a request's cheap tokens free room for the others'.
-        Records then name requests: ``row`` is the prefill's row for the first B requests,
-        B, B+1, ... for the queued ones in order (their prompt positions are not yielded).
+        added to ``work`` as it happens. Requests joining and leaving a running batch are
+        :class:`kernels.batch.ContinuousBatch`'s, which steps the same driver.
         """
         cache = prefill.kept_cache()
         if max_new_tokens <= 0:
@@ -114,21 +156,15 @@ class Engine(StepRunner):
         if cache.capacity < max(prefill.lengths) + max_new_tokens:
             raise ValueError("prefill reserve is smaller than max_new_tokens")
         sampler = sampler or Sampler()
-        work = work if work is not None else Work()
+        work = work if work is not None else WorkCount()
         b = len(prefill.lengths)
-        settings = RowSettings(
-            self.rule, self.policy, self.n_loops, max_new_tokens, eos_token_id, self.seed
-        )
-        decoding = self.decode_state(cache)
+        settings = replace(self.settings, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        decoding = self.decode_state(cache, kl=self.rule.needs_logits)
         decoding.works = [work] * b  # one counter for the whole batch
-        scheduler = Scheduler(b)
+        decoder = Decoder(self, decoding, Scheduler(b))
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
         first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
-        tokens = [sampler(first[row], row) for row in range(b)]
-        for row, token in enumerate(tokens):
-            scheduler.start(row, row, settings, token, cache.e_len[row])
-        self.start_tokens(decoding, list(range(b)), tokens, [settings] * b)
-        queued, next_request = iter(queue or ()), b
+        decoder.start([(row, row, settings, sampler(first[row], row)) for row in range(b)])
 
         # The invariant of this loop, at every step, for every row r still running:
         #
@@ -149,29 +185,12 @@ class Engine(StepRunner):
         #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
         #   starts at loop 1 in the next step, whatever loop the other rows are at.
         # T is each row's own loop cap, and its own policy decides what it sees.
-        while (plan := scheduler.plan()) is not None:
-            stops = self.run_step(plan, decoding)
-            done = scheduler.advance(plan, stops)
-            starts: list[tuple[int, int]] = []  # (row, its next token)
-            for stopped, record in zip(done, self.decoded_records(decoding, done), strict=True):
+        while (stepped := decoder.step()) is not None:
+            for done, record in stepped:
                 yield record
-                r = stopped.row
-                if stopped.finished:
-                    prompt = next(queued, None)
-                    if prompt is None:
-                        continue
-                    logits = self._load_request(cache, r, prompt, max_new_tokens)
-                    token = sampler(logits, next_request)
-                    scheduler.start(r, next_request, settings, token, cache.e_len[r])
-                    next_request += 1
-                else:
-                    assert isinstance(stopped.key, int)  # this decode's keys are request numbers
-                    token = sampler(decoding.state.out_logits[r], stopped.key)
-                    scheduler.next_token(r, token)
-                starts.append((r, token))
-            if starts:
-                rows, tokens = (list(column) for column in zip(*starts, strict=True))
-                self.start_tokens(decoding, rows, tokens, [settings] * len(rows))
+                if not done.finished:  # this decode's keys are its rows
+                    decoder.hold(done.row, sampler(decoder.logits(done.row), cast(int, done.key)))
+            decoder.start_held()
 
     def decoded_records(self, decoding: DecodeState, done: list[Done]) -> list[TokenRecord]:
         """The records of the tokens that stopped in the last step, read together."""
@@ -188,23 +207,6 @@ class Engine(StepRunner):
             [d.loops_computed for d in done],
         )
 
-    def _load_request(
-        self, cache: DepthKVCache, row: int, prompt: list[int], max_new_tokens: int
-    ) -> Tensor:
-        """Prefill a queued prompt alone into ``row``; returns its next-token logits (V,)."""
-        if len(prompt) + max_new_tokens > cache.capacity:
-            raise ValueError(
-                f"a queued prompt of {len(prompt)} tokens + {max_new_tokens} new ones does "
-                f"not fit the batch's {cache.capacity} cache slots"
-            )
-        start, start_cpu = time.perf_counter(), time.process_time()
-        result = self.prefill([prompt])
-        self.queued_prefill_work = self.queued_prefill_work + result.work
-        self.queued_prefill_s += time.perf_counter() - start
-        self.queued_prefill_cpu_s += time.process_time() - start_cpu
-        cache.load_row(row, result.kept_cache(), extra=max_new_tokens)
-        return result.logits[0, len(prompt) - 1]
-
     def _records(
         self,
         rows: list[int],
@@ -218,17 +220,20 @@ class Engine(StepRunner):
     ) -> list[TokenRecord]:
         if not slots:
             return []
-        exits = state.reported[torch.tensor(slots, device=state.reported.device)].tolist()
-        loops = trace.records(slots, computed, self.top_k) if trace is not None else None
+        exits = state.reported[torch.tensor(slots, device=state.reported.device)]
+        loops = (
+            trace.records(slots, computed, self.top_k, exits)  # with the exits, in one read
+            if trace is not None
+            else [{"exit_loop": e} for e in exits.tolist()]
+        )
         return [
             TokenRecord(
                 row=rows[i],
                 position=positions[i],
                 token_id=token_ids[i],
                 phase=phase,
-                exit_loop=exits[i],
                 loops_computed=computed[i],
-                **(loops[i] if loops is not None else {}),
+                **loops[i],
             )
             for i in range(len(slots))
         ]

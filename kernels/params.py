@@ -2,7 +2,7 @@
 
 Torch-free, so the web process validates with it without loading the engine. The API
 serializer and the page form (``playground``) build their fields from ``RunParams``,
-``BOUNDS`` and ``CHOICES``, and the engine's ``kernels.stream.GenerationParams`` is
+``BOUNDS`` and ``CHOICES``, and the engine's ``kernels.request.GenerationParams`` is
 ``RunParams`` plus what needs torch (the exit rule object, the sampler). Bounds that depend
 on a model (loops beyond its trained T, prompt + new tokens within its positions) are
 checked where the model is known.

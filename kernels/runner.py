@@ -29,9 +29,9 @@ from kernels.attention import DecodePlan, PrefillTiles, Segment, additive_mask, 
 from kernels.cache import DepthKVCache
 from kernels.exits import step_mass
 from kernels.model import Attend, LoopedLM, padded_causal_attend
-from kernels.rules import ExitRule, KVPolicy, LoopSignals, QExit, kv_policy
+from kernels.rules import ExitRule, KVPolicy, LoopSignals
 from kernels.scheduler import ChunkStep, RowSettings, StepPlan
-from kernels.work import FlopModel, Work
+from kernels.work import FlopModel, WorkCount
 
 
 @dataclass
@@ -67,35 +67,48 @@ class Trace:
         self.top_ids[:, slots] = -1
         self.top_probs[:, slots] = 0.0
 
-    def records(self, slots: list[int], loops: list[int], top_k: int) -> list[dict[str, Any]]:
-        """Python lists of the first ``loops[i]`` loops of each slot (NaN KL -> None).
+    def records(
+        self, slots: list[int], loops: list[int], top_k: int, exits: Tensor | None = None
+    ) -> list[dict[str, Any]]:
+        """Python lists of the first ``loops[i]`` loops of each slot (NaN KL -> None), and
+        with ``exits`` (N,) each slot's exit loop (``exit_loop``).
 
-        At most three device reads for all the slots (the four per-loop values together,
-        the lens ids, their probabilities): a step's stopped tokens (or a prompt's
-        positions) are read together, not in small transfers per token."""
-        deepest = max(loops, default=0)
+        One read back from the device for all the slots (the per-loop values, the lens
+        ids and probabilities, the exits, packed in one float32 tensor: ids and loops are
+        exact in it): a step's stopped tokens (or a prompt's positions) are read together,
+        not in small transfers per token or per field."""
+        deepest, n_slots = max(loops, default=0), len(slots)
         index = torch.tensor(slots, dtype=torch.long, device=self.kl.device)
         fields = (self.gate_lambda, self.exit_p, self.cumulative, self.kl)  # (T, N) each
-        values = torch.stack([f[:deepest, index] for f in fields]).permute(2, 0, 1).tolist()
-        ids = probs = None
-        if top_k:
-            ids = self.top_ids[:deepest, index].transpose(0, 1).tolist()  # (N, loops, k)
-            probs = self.top_probs[:deepest, index].transpose(0, 1).tolist()
+        parts = [torch.stack([f[:deepest, index] for f in fields]).permute(2, 0, 1)]
+        if top_k:  # (N, loops, k) each
+            parts.append(self.top_ids[:deepest, index, :top_k].transpose(0, 1).float())
+            parts.append(self.top_probs[:deepest, index, :top_k].transpose(0, 1))
+        if exits is not None:
+            parts.append(exits.float()[:, None])
+        rows = torch.cat([part.reshape(n_slots, -1) for part in parts], 1).tolist()
+        width = deepest * top_k
         out = []
         for i, n in enumerate(loops):
-            gate, exit_p, cumulative, kl = (row[:n] for row in values[i])
+            row = rows[i]
+            gate, exit_p, cumulative, kl = (row[f * deepest : f * deepest + n] for f in range(4))
             top: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-            if ids is not None and probs is not None:
-                top = [list(zip(ids[i][t], probs[i][t], strict=True)) for t in range(n)]
-            out.append(
-                {
-                    "gate_lambda": gate,
-                    "exit_p": exit_p,
-                    "cumulative": cumulative,
-                    "kl": [None if v != v else v for v in kl],
-                    "top": top,
-                }
-            )
+            if top_k:
+                ids, probs = row[4 * deepest : 4 * deepest + width], row[4 * deepest + width :]
+                top = [
+                    [(int(ids[t * top_k + j]), probs[t * top_k + j]) for j in range(top_k)]
+                    for t in range(n)
+                ]
+            record: dict[str, Any] = {
+                "gate_lambda": gate,
+                "exit_p": exit_p,
+                "cumulative": cumulative,
+                "kl": [None if v != v else v for v in kl],
+                "top": top,
+            }
+            if exits is not None:
+                record["exit_loop"] = int(row[-1])
+            out.append(record)
         return out
 
 
@@ -141,10 +154,12 @@ class TokenState:
 @dataclass(frozen=True)
 class LoopRules:
     """Who decides for each token of one loop call: its loop cap and its request's exit
-    rule and KV policy (rows of one decode batch may each have their own)."""
+    rule and KV policy (rows of one batch may each have their own), and the lens width
+    of the call: the widest any of its rows asked for."""
 
     caps: Tensor  # (N,) int64
     groups: list[tuple[ExitRule, KVPolicy, Tensor | None]]  # tokens (into N); None: all
+    lens: int = 0
 
     @property
     def needs_logits(self) -> bool:
@@ -175,6 +190,67 @@ class LoopRules:
         return exits, stop
 
 
+@dataclass(frozen=True)
+class PrefillRows:
+    """Each prefill row's own settings, as the step runner reads them: its loop cap,
+    whether its policy freezes early exits' terminal entries, its lens, and the rows
+    grouped by (rule, policy), so the rows of one prefill may be different requests."""
+
+    settings: list[RowSettings]
+    caps: Tensor  # (B,) int64
+    frozen: Tensor  # (B,) bool: recompute-kv rows
+    groups: list[tuple[ExitRule, KVPolicy, Tensor | None]]  # rows (into B); None: all
+
+    @classmethod
+    def of(cls, settings: list[RowSettings], device: torch.device) -> PrefillRows:
+        by_kind: dict[tuple[ExitRule, KVPolicy], list[int]] = {}
+        for row, s in enumerate(settings):
+            by_kind.setdefault((s.rule, s.policy), []).append(row)
+        groups: list[tuple[ExitRule, KVPolicy, Tensor | None]] = [
+            (rule, policy, None if len(by_kind) == 1 else torch.tensor(rows, device=device))
+            for (rule, policy), rows in by_kind.items()
+        ]
+        return cls(
+            settings=settings,
+            caps=torch.tensor([s.n_loops for s in settings], device=device),
+            frozen=torch.tensor([s.policy.frozen_terminal for s in settings], device=device),
+            groups=groups,
+        )
+
+    @property
+    def deepest(self) -> int:
+        return max(s.n_loops for s in self.settings)
+
+    @property
+    def lens(self) -> int:
+        return max(s.lens for s in self.settings)
+
+    @property
+    def needs_logits(self) -> bool:
+        return any(s.rule.needs_logits for s in self.settings)
+
+    @property
+    def any_frozen(self) -> bool:
+        return any(s.policy.frozen_terminal for s in self.settings)
+
+    def rules(self, row_of: Tensor) -> LoopRules:
+        """The rules of tokens of the rows ``row_of`` (N,)."""
+        groups = [
+            (rule, policy, None if rows is None else torch.isin(row_of, rows).nonzero().squeeze(1))
+            for rule, policy, rows in self.groups
+        ]
+        return LoopRules(self.caps[row_of], groups, self.lens)
+
+    def visible(self, exit_loop: Tensor, t: int) -> Tensor:
+        """(B, W) bool: which terminal entries of exit loops ``exit_loop`` (B, W) each row
+        sees at loop t, under its own policy and cap."""
+        visible = torch.zeros_like(exit_loop, dtype=torch.bool)
+        for _, policy, rows in self.groups:
+            sel = slice(None) if rows is None else rows
+            visible[sel] = policy.terminal_visible(exit_loop[sel], t, self.caps[sel, None])
+        return visible
+
+
 @dataclass
 class DecodeState:
     """The step runner's tensors for one decode batch, one slot per cache row."""
@@ -183,7 +259,7 @@ class DecodeState:
     x: Tensor  # (B, H) each row's current token state
     state: TokenState  # (B, …) its stopping distribution and output logits
     trace: Trace | None  # (T, B, …)
-    works: list[Work]  # executed work, per row (rows may share one counter)
+    works: list[WorkCount]  # executed work, per row (rows may share one counter)
 
 
 @dataclass
@@ -202,8 +278,9 @@ class PrefillState:
     state: TokenState  # (B*S, …)
     trace: Trace | None  # (T, B*S, …)
     loops_computed: Tensor  # (B*S,)
-    work: Work
+    work: WorkCount
     keep_cache: bool
+    rows: PrefillRows
 
     def result(self) -> PrefillResult:
         """What the prefill gives once its schedule is done."""
@@ -218,6 +295,7 @@ class PrefillState:
             work=self.work,
             trace=self.trace,
             state=self.state,
+            settings=self.rows.settings,
         )
 
 
@@ -229,9 +307,10 @@ class PrefillResult:
     exit_loop: Tensor  # (B, S) reported exit loop, 0 for pads
     loops_computed: Tensor  # (B, S)
     cache: DepthKVCache | None
-    work: Work
+    work: WorkCount
     trace: Trace | None = field(default=None, repr=False)
     state: TokenState | None = field(default=None, repr=False)
+    settings: list[RowSettings] = field(default_factory=list, repr=False)  # per row
 
     def kept_cache(self) -> DepthKVCache:
         """The cache to decode from; a prefill with ``keep_cache=False`` has none."""
@@ -242,44 +321,43 @@ class PrefillResult:
 
 class StepRunner:
     """Runs a :class:`LoopedLM`'s loops for the tokens a step names, with per-token exits
-    and real skipping.
+    and real skipping. One runner serves every request of a model: each request's exit
+    rule, KV policy, loop cap, seed and lens width travel with its rows
+    (:class:`kernels.scheduler.RowSettings`), in prefill as in decode.
 
     Args:
         model: the looped LM (eval mode; its dtype and device are used).
-        rule: the exit rule (default Q-exit with q = 1, i.e. full depth).
-        policy: KV policy name: ``best-available`` (default), ``select``, ``recompute-kv``.
-        loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
-        top_k: width of the per-loop logit lens recorded in traces.
+        loops: the deepest loop cap a row may have (default the checkpoint's
+            ``total_ut_steps``): the depth of the caches it makes.
+        top_k: the widest logit lens a row may ask for (the traces' width).
         trace: record gate values per loop (default: when ``top_k`` > 0).
-        seed: the request's seed, which exit rules see (for reproducible random draws).
     """
 
     def __init__(
         self,
         model: LoopedLM,
-        rule: ExitRule | None = None,
-        policy: str = "best-available",
         *,
         loops: int | None = None,
         top_k: int = 0,
         trace: bool | None = None,
-        seed: int = 0,
     ) -> None:
         self.model, self.body, self.config = model, model.model, model.config
-        self.rule = rule or QExit(1.0)
-        self.policy = kv_policy(policy)
         self.n_loops = loops or self.config.total_ut_steps
         self.top_k = top_k
-        self.seed = seed
         self.tracing = bool(top_k) if trace is None else trace
         self.flops = FlopModel(self.config)
-        # The full-depth baseline does what this run shows: with a trace, a logit lens at
-        # every loop; else one LM-head call per token, at its last loop.
-        self.full_heads = self.n_loops if self.tracing else 1
         self.dtype = model.lm_head.weight.dtype
         self.device = model.lm_head.weight.device
-        self.queued_prefill_work = Work()  # prefills of prompts served from a decode queue
-        self.queued_prefill_s = self.queued_prefill_cpu_s = 0.0
+        # a decode step's attention as one call over a packed copy of every row's keys,
+        # or per row on views (kernels.attention.DecodePlan): on the CPU the per-row calls
+        # were faster (benchmarks in kernels/README.md); elsewhere launches cost more
+        self.packed_attention = self.device.type != "cpu"
+
+    def full_heads(self, cap: int) -> int:
+        """LM-head calls per token of the full-depth baseline of a row of loop cap ``cap``:
+        it does what this run shows, with a trace a logit lens at every loop, else one
+        call per token, at its last loop."""
+        return cap if self.tracing else 1
 
     def new_cache(self, batch: int, capacity: int) -> DepthKVCache:
         """An empty cache for ``batch`` rows of ``capacity`` positions and this run's loops."""
@@ -302,18 +380,20 @@ class StepRunner:
             x = layer(x, cos, sin, attend(index))
         return self.body.norm(x)  # the loop's normed output state
 
-    def _count(self, work: Work, n: int, keys: float) -> None:
-        work.token_loops_executed += n
-        work.token_layers_executed += n * len(self.body.layers)
-        work.flops_executed += self.flops.loops(n, keys)
-
-    def _head(self, h: Tensor, work: Work) -> Tensor:
-        self._count_heads(len(h), work)
-        return self.model.lm_head(h)
-
-    def _count_heads(self, n: int, work: Work) -> None:
-        work.head_tokens += n
-        work.flops_executed += self.flops.head * n
+    def _report_heads(
+        self,
+        state: TokenState,
+        slots: Tensor,
+        loop: int | Tensor,
+        h: Tensor,
+        chosen: Tensor,
+        work: WorkCount,
+    ) -> None:
+        """The tokens ``chosen`` (into ``slots`` (N,)) report their exit at ``loop`` (one,
+        or each token's (N,)): the LM head of their states h (N, H), for them only."""
+        self.flops.count_heads(work, len(chosen))
+        state.out_logits[slots[chosen]] = self.model.lm_head(h[chosen])
+        state.reported[slots[chosen]] = loop if isinstance(loop, int) else loop[chosen]
 
     def _finish_loop(
         self,
@@ -323,19 +403,20 @@ class StepRunner:
         h: Tensor,
         state: TokenState,
         trace: Trace | None,
-        work: Work,
-        rules: LoopRules | None = None,
+        work: WorkCount,
+        rules: LoopRules,
         live: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor | None]:
         """After loop t of the tokens in ``slots`` (N,) with normed states h (N, H): gate,
         stopping mass, exit decision, output logits (one LM-head call for all of them).
         ``position`` (N,) is each token's position. ``t`` is one loop or, in decode, each
-        token's own loop (N,); ``rules`` gives each token its cap, rule and policy
-        (default: the engine's). ``live`` (N,): the rows of a longer h that count; a
+        token's own loop (N,); ``rules`` gives each token its cap, rule and policy, and
+        the call its lens width. ``live`` (N,): the rows of a longer h that count; a
         dense lockstep step's idle rows go through the gate, the LM head and the lens in
-        the same calls, and are dropped. Returns "stops computing" and "ran the LM head",
-        (N,)."""
-        rules = rules or self._rules(len(slots))
+        the same calls, and are dropped. Returns "stops computing" (N,), and, when the LM
+        head did not run for every token here, which tokens report their exit now (N,): the
+        caller runs it for them (:meth:`_report_heads`) once it has read them. Reads
+        nothing back from the device."""
         loop = torch.as_tensor(t, device=h.device).expand(len(slots))  # (N,)
         last = loop >= rules.caps
         # h is (R, H): R = N, or N and the idle rows that ``live`` drops below
@@ -346,9 +427,10 @@ class StepRunner:
             logits = self.model.lm_head(h)  # (R, V)
             logp = F.log_softmax(logits.float(), dim=-1)
         top: tuple[Tensor, Tensor] | None = None
-        if trace is not None and self.top_k:
+        lens = min(rules.lens, self.top_k)  # the widest lens of the call's rows
+        if trace is not None and lens:
             assert logp is not None  # a trace means tracing, which computed it above
-            values, indices = logp.topk(self.top_k, dim=-1)
+            values, indices = logp.topk(lens, dim=-1)
             top = (values, indices)
         if live is not None:  # the idle rows' results are dropped: (R, …) -> (N, …)
             h, lam = h[live], lam[live]
@@ -356,7 +438,7 @@ class StepRunner:
                 logits, logp = logits[live], logp[live]
             top = None if top is None else (top[0][live], top[1][live])
         if logits is not None:
-            self._count_heads(len(h), work)
+            self.flops.count_heads(work, len(h))
         p, remaining = step_mass(lam, state.remaining[slots], is_last=last)
         cumulative = state.cumulative[slots] + p
         gate_sum = state.gate_sum[slots] + lam
@@ -389,26 +471,22 @@ class StepRunner:
                 trace.kl[loop - 1, slots] = kl  # NaN at loop 1
             if top is not None:
                 values, indices = top
-                trace.top_ids[loop - 1, slots] = indices
-                trace.top_probs[loop - 1, slots] = values.exp()
+                trace.top_ids[loop - 1, slots, :lens] = indices
+                trace.top_probs[loop - 1, slots, :lens] = values.exp()
         report = exits & (state.reported[slots] == 0)
-        if bool(report.any()):
-            chosen = report.nonzero().squeeze(1)
-            out = logits[chosen] if logits is not None else self._head(h[chosen], work)
-            state.out_logits[slots[chosen]] = out
-            state.reported[slots[chosen]] = loop[chosen]
-        return stop, report if logits is None else torch.ones_like(report)
-
-    def _rules(self, n: int) -> LoopRules:
-        """The engine's own rule, policy and loop count for n tokens."""
-        caps = torch.full((n,), self.n_loops, dtype=torch.long, device=self.device)
-        return LoopRules(caps, [(self.rule, self.policy, None)])
+        if logits is None:
+            return stop, report
+        # every token's logits are here: the reporting ones' are kept without a read
+        kept = state.out_logits[slots]
+        state.out_logits[slots] = torch.where(report[:, None], logits, kept)
+        state.reported[slots] = torch.where(report, loop, state.reported[slots])
+        return stop, None
 
     def _frozen_kv(
-        self, h: Tensor, cos: Tensor, sin: Tensor, work: Work
+        self, h: Tensor, cos: Tensor, sin: Tensor, work: WorkCount
     ) -> list[tuple[Tensor, Tensor]]:
         """recompute-kv: each layer's K/V of frozen states h (M, H) -> [(k, v)] per layer."""
-        work.flops_executed += self.flops.kv_projection * len(h) * len(self.body.layers)
+        self.flops.count_projections(work, len(h))
         return [
             layer.self_attn.kv(layer.input_layernorm(h), cos, sin)
             for layer in self.body.decoder_layers
@@ -422,23 +500,27 @@ class StepRunner:
         *,
         reserve: int = 0,
         keep_cache: bool = True,
-        seeds: list[int] | None = None,
+        settings: list[RowSettings],
     ) -> PrefillState:
-        """The tensors of a prefill not yet run (see :meth:`prefill` for the arguments);
-        ``seeds``: each row's request seed, which its exit rule sees (default the engine's),
-        so the rows of one prefill may be different requests."""
+        """The tensors of a prefill not yet run (see :meth:`kernels.engine.Engine.prefill`
+        for the arguments); ``settings``: each row's request (its rule, policy, cap, seed
+        and lens), so the rows of one prefill may be different requests."""
         ids, lengths = _right_aligned(rows, attention_mask, self.device)
         b, s = ids.shape
-        seed = torch.tensor(seeds or [self.seed] * b, dtype=torch.long).repeat_interleave(s)
+        if len(settings) != b:
+            raise ValueError(f"{len(settings)} row settings for {b} rows")
+        rows_of = PrefillRows.of(settings, self.device)
+        if rows_of.deepest > self.n_loops:
+            raise ValueError(f"a {rows_of.deepest}-loop row exceeds this runner's {self.n_loops}")
+        seed = torch.tensor([st.seed for st in settings], dtype=torch.long).repeat_interleave(s)
         real = torch.arange(s, device=self.device)[None, :] < torch.tensor(lengths)[:, None].to(
             self.device
         )
         cos, sin = self.body.rotary_emb(torch.arange(s, device=self.device), self.dtype)
         keys = (torch.arange(s, device=self.device) + 1).repeat(b).float()  # causal keys seen
-        work = Work()
-        n_real = sum(lengths)
-        work.token_loops_full = n_real * self.n_loops
-        work.flops_full = self._prompt_flops_full(n_real, float(keys[real.flatten()].sum()))
+        work = WorkCount()
+        for n, st in zip(lengths, settings, strict=True):
+            self.flops.count_full(work, n, n * (n + 1) / 2, st.n_loops, self.full_heads(st.n_loops))
         tracing = self.tracing
         return PrefillState(
             ids=ids,
@@ -455,41 +537,36 @@ class StepRunner:
                 self.config.vocab_size,
                 self.dtype,
                 self.device,
-                self.rule.needs_logits,
+                rows_of.needs_logits,
                 seed,
             ),
             trace=Trace.empty(self.n_loops, b * s, self.top_k, self.device) if tracing else None,
             loops_computed=torch.zeros(b * s, dtype=torch.long, device=self.device),
             work=work,
             keep_cache=keep_cache,
+            rows=rows_of,
         )
 
-    def prompt_work(self, prefill: PrefillResult, row: int) -> Work:
+    def prompt_work(self, prefill: PrefillResult, row: int) -> WorkCount:
         """The work of row ``row`` of a prefill, from the loops its positions computed:
         the rows of one prefill may be different requests, each reporting its own. The same
-        counts as the prefill's ``work`` (its sum over the rows)."""
-        n, layers = prefill.lengths[row], len(self.body.layers)
+        counts as the prefill's ``work`` (its sum over the rows) when its rows share their
+        rule and policy; else each row counts the LM heads and projections its own rule
+        and policy ask for."""
+        n, mine = prefill.lengths[row], prefill.settings[row]
         loops = prefill.loops_computed[row, :n]  # (n,)
         keys = torch.arange(1, n + 1, device=loops.device)  # causal keys each position sees
         executed, seen, early = torch.stack(
-            [loops.sum(), (keys * loops).sum(), (loops < self.n_loops).sum()]
+            [loops.sum(), (keys * loops).sum(), (loops < mine.n_loops).sum()]
         ).tolist()
-        heads = executed if self.tracing or self.rule.needs_logits else n  # else one, at exit
-        frozen = early if self.policy.frozen_terminal else 0  # recompute-kv's projections
-        return Work(
-            token_loops_executed=executed,
-            token_loops_full=n * self.n_loops,
-            token_layers_executed=executed * layers,
-            head_tokens=heads,
-            flops_executed=self.flops.loops(executed, seen)
-            + self.flops.head * heads
-            + self.flops.kv_projection * layers * frozen,
-            flops_full=self._prompt_flops_full(n, n * (n + 1) / 2),
-        )
-
-    def _prompt_flops_full(self, n: int, keys: float) -> float:
-        """What full depth costs ``n`` prompt positions seeing ``keys`` keys in all."""
-        return self.n_loops * self.flops.loops(n, keys) + self.flops.head * self.full_heads * n
+        heads = executed if self.tracing or mine.rule.needs_logits else n  # else one, at exit
+        frozen = early if mine.policy.frozen_terminal else 0  # recompute-kv's projections
+        work = WorkCount()
+        self.flops.count_loops(work, executed, seen)
+        self.flops.count_heads(work, heads)
+        self.flops.count_projections(work, frozen)
+        self.flops.count_full(work, n, n * (n + 1) / 2, mine.n_loops, self.full_heads(mine.n_loops))
+        return work
 
     @torch.no_grad()
     def run_prefill_step(self, step: ChunkStep, prefilling: PrefillState) -> bool:
@@ -518,22 +595,27 @@ class StepRunner:
             attend = self._tiled_attend(cache, tiles, row_of, cols)
             h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
         else:
-            attend = self._chunk_attend(cache, step, row_of, cols)
+            attend = self._chunk_attend(cache, step, row_of, cols, p.rows)
             h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
-        self._count(p.work, len(flat), float(p.keys[flat].sum()))
+        self.flops.count_loops(p.work, len(flat), float(p.keys[flat].sum()))
         p.loops_computed[flat] += 1
-        stop, _ = self._finish_loop(t, flat, cols, h, p.state, p.trace, p.work)
+        rules = p.rows.rules(row_of)
+        stop, report = self._finish_loop(t, flat, cols, h, p.state, p.trace, p.work, rules)
+        if report is not None and bool(report.any()):
+            self._report_heads(p.state, flat, t, h, report.nonzero().squeeze(1), p.work)
         p.x[flat] = h
         p.active.view(-1)[flat[stop]] = False
-        if p.keep_cache and t < self.n_loops:
-            # loop t's K/V that stays needed: positions going on (and, for recompute-kv,
-            # those stopping now too, whose terminal entry becomes the projection)
+        # recompute-kv tokens before their cap: a stopping one's terminal entry becomes
+        # its projected state, and its loop-t K/V stays needed in the loop-t store
+        freezing = p.rows.frozen[row_of] & (t < rules.caps) if p.rows.any_frozen else None
+        if p.keep_cache and t < cache.n_loops:
+            # loop t's K/V that stays needed: positions going on (and freezing ones)
             kept = p.active[:, lo:hi].clone()
-            if self.policy.frozen_terminal:
-                kept.view(-1)[local] = True
+            if freezing is not None:
+                kept.view(-1)[local[freezing]] = True
             cache.keep_loop(t, kept, start=lo)
-        if self.policy.frozen_terminal and t < self.n_loops and bool(stop.any()):
-            frozen = stop.nonzero().squeeze(1)
+        if freezing is not None and bool((stop & freezing).any()):
+            frozen = (stop & freezing).nonzero().squeeze(1)
             c = cols[frozen]
             for index, (k, v) in enumerate(self._frozen_kv(h[frozen], p.cos[c], p.sin[c], p.work)):
                 cache.write_terminal(index, row_of[frozen], c, k, v)
@@ -570,13 +652,18 @@ class StepRunner:
         return for_layer
 
     def _chunk_attend(
-        self, cache: DepthKVCache, step: ChunkStep, rows: Tensor, cols: Tensor
+        self,
+        cache: DepthKVCache,
+        step: ChunkStep,
+        rows: Tensor,
+        cols: Tensor,
+        rows_of: PrefillRows,
     ) -> Callable[[int], Attend]:
         """Queries of a chunk past the first: per row, the terminal entries [0, stop) (earlier
         chunks' as visible at the loop, its own chunk's causally) and the loop-t store."""
         lo, hi, t = step.start, step.stop, step.loop
         keys = torch.arange(hi, device=self.device)
-        prefix = self.policy.terminal_visible(cache.exit_loop[:, :lo].long(), t, self.n_loops)
+        prefix = rows_of.visible(cache.exit_loop[:, :lo].long(), t)
         store = cache.loops[t - 1] if t < cache.n_loops else None
         groups = []
         for r in rows.unique().tolist():
@@ -605,19 +692,16 @@ class StepRunner:
         return for_layer
 
     # -- decode ------------------------------------------------------------------------
-    def decode_state(self, cache: DepthKVCache, kl: bool | None = None) -> DecodeState:
+    def decode_state(self, cache: DepthKVCache, kl: bool) -> DecodeState:
         """Empty per-row tensors for decoding into ``cache`` (one slot per cache row);
-        ``kl``: keep log-probs for a convergence rule (default: the engine's rule needs it)."""
+        ``kl``: keep log-probs for a convergence rule (a row's rule may need them)."""
         b = cache.batch
-        kl = self.rule.needs_logits if kl is None else kl
         return DecodeState(
             cache=cache,
             x=torch.zeros(b, self.config.hidden_size, dtype=self.dtype, device=self.device),
-            state=TokenState.create(
-                b, self.config.vocab_size, self.dtype, self.device, kl, self.seed
-            ),
+            state=TokenState.create(b, self.config.vocab_size, self.dtype, self.device, kl, 0),
             trace=Trace.empty(cache.n_loops, b, self.top_k, self.device) if self.tracing else None,
-            works=[Work() for _ in range(b)],
+            works=[WorkCount() for _ in range(b)],
         )
 
     def start_tokens(
@@ -640,9 +724,7 @@ class StepRunner:
         decoding.x[index] = self.body.embed_tokens.weight[ids]  # (N, H)
         for row, s in zip(rows, settings, strict=True):
             work, position = decoding.works[row], decoding.cache.e_len[row]
-            work.token_loops_full += s.n_loops
-            work.flops_full += self.flops.loops(1, position + 1) * s.n_loops
-            work.flops_full += self.flops.head * (s.n_loops if self.tracing else 1)
+            self.flops.count_full(work, 1, position + 1, s.n_loops, self.full_heads(s.n_loops))
 
     @torch.no_grad()
     def run_step(self, plan: StepPlan, decoding: DecodeState) -> list[bool]:
@@ -650,7 +732,7 @@ class StepRunner:
         own rule, policy and cap. Writes the cache only through its methods (a stopping
         token's slot is committed) and returns, per live planned row, "its token stopped"
         (idle rows go through the whole loop, then are dropped).
-        Host syncs: the attention plan's tables, and one read of the stops."""
+        One read back from the device: the stops (and the exits to report), together."""
         cache, body = decoding.cache, self.body
         rows = torch.tensor(plan.rows, device=self.device)  # (R,)
         pos = torch.tensor(plan.positions, device=self.device)  # (R,)
@@ -667,12 +749,18 @@ class StepRunner:
         if live is not None:  # the idle rows' results are dropped: (R, …) -> (R_live, …)
             plan, rows, pos, t, caps = plan.live(), rows[live], pos[live], t[live], caps[live]
             h, cos, sin, rules = h[live], cos[live], sin[live], _plan_rules(plan, caps)
-        scratch = Work()
-        stop, headed = self._finish_loop(
+        scratch = WorkCount()
+        stop, report = self._finish_loop(
             t, rows, pos, computed, decoding.state, decoding.trace, scratch, rules, live
         )
         decoding.x[rows] = h
-        stops, heads = torch.stack([stop, headed]).tolist()
+        # the step's one read: its stops, and the tokens that still need the LM head
+        stops, heads = torch.stack([stop, stop if report is None else report]).tolist()
+        if report is None:
+            heads = [1] * len(stops)  # the LM head ran for every row
+        elif any(heads):
+            chosen = torch.tensor([i for i, x in enumerate(heads) if x], device=self.device)
+            self._report_heads(decoding.state, rows, t, h, chosen, scratch)
         frozen = [
             i
             for i, s in enumerate(plan.settings)
@@ -684,14 +772,11 @@ class StepRunner:
             index, slots = rows[sel], pos[sel]
             for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[sel], sin[sel], scratch)):
                 cache.write_terminal(layer, index, slots, k, v)
-        kv_flops = self.flops.kv_projection * len(body.layers)
         for i, r in enumerate(plan.rows):
             work = decoding.works[r]
-            work.token_loops_executed += 1
-            work.token_layers_executed += len(body.layers)
-            work.flops_executed += self.flops.loops(1, plan.positions[i] + 1)
-            work.head_tokens += heads[i]
-            work.flops_executed += self.flops.head * heads[i] + kv_flops * (i in frozen)
+            self.flops.count_loops(work, 1, plan.positions[i] + 1)
+            self.flops.count_heads(work, heads[i])
+            self.flops.count_projections(work, int(i in frozen))
             if stops[i]:
                 cache.commit_token(r, plan.loops[i])
         return stops
@@ -717,15 +802,22 @@ class StepRunner:
         visible &= slots[None, :] < pos[:, None]
         visible |= slots[None, :] == pos[:, None]
         c_lens = [cache.loop_len(u, r) for r, u in zip(plan.rows, plan.loops, strict=True)]
+        offsets = None
+        if self.packed_attention:
+            offsets = [
+                store.offsets[r] if n and (store := cache.loops[u - 1]) is not None else 0
+                for r, u, n in zip(plan.rows, plan.loops, c_lens, strict=True)
+            ]
         attention = DecodePlan(
             rows=plan.rows,
             batch=cache.batch,
-            pos=pos,
+            positions=plan.positions,
             loops=plan.loops,
             visible=visible,
             c_lens=c_lens,
             n_loops=cache.n_loops,
             dtype=self.dtype,
+            c_offsets=offsets,
         )
         cache.note_scratch(attention.nbytes())
         return attention
@@ -782,15 +874,17 @@ def _plan_rules(plan: StepPlan, caps: Tensor) -> LoopRules:
     groups: dict[tuple[ExitRule, KVPolicy], list[int]] = {}
     for i, s in enumerate(plan.settings):
         groups.setdefault((s.rule, s.policy), []).append(i)
+    lens = max(s.lens for s in plan.settings)
     if len(groups) == 1:
         ((rule, policy),) = groups
-        return LoopRules(caps, [(rule, policy, None)])
+        return LoopRules(caps, [(rule, policy, None)], lens)
     return LoopRules(
         caps,
         [
             (rule, policy, torch.tensor(index, device=caps.device))
             for (rule, policy), index in groups.items()
         ],
+        lens,
     )
 
 

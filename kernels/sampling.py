@@ -51,8 +51,6 @@ class Sampler:
 
 def greedy(logits: Tensor) -> int:
     """The top token (the first of equals); a NaN never wins and a +inf always does, so
-    any logits give a token (0 when every one is NaN)."""
-    token = int(logits.argmax())
-    if not math.isnan(logits[token]):  # argmax ranks a NaN first; finite logits end here
-        return token
-    return int(logits.nan_to_num(nan=-math.inf).argmax())
+    any logits give a token (0 when every one is NaN). One read back from the device."""
+    # argmax would rank a NaN first: NaN -> -inf, the infinities kept as they are
+    return int(logits.nan_to_num(nan=-math.inf, posinf=math.inf, neginf=-math.inf).argmax())

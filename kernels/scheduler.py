@@ -37,6 +37,7 @@ class RowSettings:
     max_new_tokens: int
     eos_token_id: int | None = None
     seed: int = 0  # what exit rules see (reproducible per-token draws)
+    lens: int = 0  # logit-lens width it asks for, per computed loop (at most the trace's)
 
 
 @dataclass

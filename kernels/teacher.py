@@ -14,8 +14,10 @@ import dataclasses
 from collections.abc import Iterator
 
 from kernels.checkpoint import LoadedModel
-from kernels.stream import GenerationParams, GenerationStream, RunReport, TokenEvent, request_engine
-from kernels.work import Work
+from kernels.generate import GenerationStream, request_engine
+from kernels.report import RunReport, TokenEvent
+from kernels.request import GenerationParams
+from kernels.work import WorkCount
 
 
 def teacher_forced_stream(
@@ -43,7 +45,7 @@ def _events(
     stream: GenerationStream,
 ) -> Iterator[TokenEvent]:
     engine = request_engine(loaded, params)
-    report = RunReport(loaded, token_ids[:prompt_tokens], engine)
+    report = RunReport(loaded, token_ids[:prompt_tokens], engine, engine.settings)
     prefill = engine.prefill([token_ids])
     assert prefill.cache is not None
     for event in report.prompt_events(prefill, params.top_k):
@@ -51,6 +53,6 @@ def _events(
             event = dataclasses.replace(event, phase="generated")
         yield event
     report.n_generated = len(token_ids) - prompt_tokens
-    summary = report.summary(Work(), prefill.cache, "teacher-forced")
+    summary = report.summary(WorkCount(), prefill.cache, "teacher-forced")
     # nothing was generated token by token: no decoding speed to report
     stream.summary = summary | {"tokens_per_s": None, "time_to_first_token_s": None}

@@ -1,4 +1,8 @@
-"""Executed-work counters and the FLOP model they use."""
+"""Executed-work counters and the FLOP model they use: every count of the engine's work is
+made here, so prefill, decode and a run's report count alike.
+
+``WorkCount`` is the engine's counter of executed work (the atlas's ``Work`` is a paper).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from kernels.config import LoopConfig
 
 
 @dataclass
-class Work:
+class WorkCount:
     """Executed work next to what full depth would have executed for the same tokens."""
 
     token_loops_executed: int = 0
@@ -25,8 +29,8 @@ class Work:
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
-    def __add__(self, other: Work) -> Work:
-        return Work(**{k: v + getattr(other, k) for k, v in self.to_dict().items()})
+    def __add__(self, other: WorkCount) -> WorkCount:
+        return WorkCount(**{k: v + getattr(other, k) for k, v in self.to_dict().items()})
 
 
 class FlopModel:
@@ -45,3 +49,24 @@ class FlopModel:
     def loops(self, n_tokens: int, keys: float) -> float:
         """FLOPs of ``n_tokens`` token-loops whose queries see ``keys`` keys in total."""
         return self.layers * (self.linear * n_tokens + self.per_key * keys) + self.gate * n_tokens
+
+    def count_loops(self, work: WorkCount, n_tokens: int, keys: float) -> None:
+        """``n_tokens`` token-loops executed, their queries seeing ``keys`` keys in all."""
+        work.token_loops_executed += n_tokens
+        work.token_layers_executed += n_tokens * self.layers
+        work.flops_executed += self.loops(n_tokens, keys)
+
+    def count_heads(self, work: WorkCount, n_tokens: int) -> None:
+        """The LM head run for ``n_tokens`` states (exit logits, convergence, the lens)."""
+        work.head_tokens += n_tokens
+        work.flops_executed += self.head * n_tokens
+
+    def count_projections(self, work: WorkCount, n_states: int) -> None:
+        """recompute-kv: every layer's K/V projection of ``n_states`` frozen exit states."""
+        work.flops_executed += self.kv_projection * self.layers * n_states
+
+    def count_full(self, work: WorkCount, n_tokens: int, keys: float, cap: int, heads: int) -> None:
+        """What full depth would execute for ``n_tokens`` tokens: ``cap`` loops each, their
+        queries seeing ``keys`` keys in all per loop, and ``heads`` LM-head calls each."""
+        work.token_loops_full += n_tokens * cap
+        work.flops_full += cap * self.loops(n_tokens, keys) + self.head * heads * n_tokens

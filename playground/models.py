@@ -3,7 +3,7 @@
 The contract shared by the API, the SSE stream and the page:
 
 - ``Run``: ``id`` (UUID), ``prompt``, ``model`` (a name in ``PLAYGROUND_MODELS``),
-  ``params`` (the validated ``kernels.stream.GenerationParams`` fields plus
+  ``params`` (the validated ``kernels.request.GenerationParams`` fields plus
   ``extrapolate``), ``trained_loops`` (the model's T at submit), ``status``
   (queued → running → done | cancelled | failed), ``error``, ``cancel_requested``,
   ``created_at`` / ``started_at`` / ``finished_at``, ``heartbeat_at`` (written by the

@@ -1,18 +1,19 @@
 """The playground's one colour language: a position's exit loop, the same in the text, the
 heatmap and their legends.
 
-Loop 1 is pale yellow and the last loop deep blue, mixed in sRGB (the space Plotly
-interpolates in, so the heatmap's colour bar shows exactly the text's shades). Text on a
-shade is dark up to the middle and white beyond; the mix skips the band in between,
-where neither dark nor white text would reach a 4.5:1 contrast.
+Loop 1 is pale yellow and the last loop deep blue: the shallow half of the loops runs from
+pale yellow to light green under dark text, the deep half from dark teal to deep blue under
+white text. Each half is mixed in sRGB (the space Plotly interpolates in, so the heatmap's
+colour bar shows exactly the text's shades), both keep a 4.5:1 contrast with their text,
+and none is grey, the colour of a loop that was not computed.
 """
 
 from dataclasses import dataclass
 
-SHALLOW = (0xFE, 0xF3, 0xC7)  # loop 1
-DEEP = (0x1E, 0x3A, 0x8A)  # the last loop
+# (first, last) colour of each half of the loops, and the text colour on it
+SHALLOW = ((0xFE, 0xF3, 0xC7), (0x86, 0xEF, 0xAC))  # loop 1 .. the middle
+DEEP = ((0x0F, 0x76, 0x6E), (0x1E, 0x3A, 0x8A))  # past the middle .. the last loop
 DARK_TEXT, LIGHT_TEXT = "#1b1f24", "#ffffff"
-SKIPPED_BAND = (0.5, 0.72)  # mix fractions left out: no text colour is readable there
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,13 @@ class Shade:
 
 def loop_shades(loops: int) -> list[Shade]:
     """The shade of each loop 1..``loops``."""
-    low, high = SKIPPED_BAND
     shades = []
     for loop in range(1, loops + 1):
         depth = 0.0 if loops <= 1 else (loop - 1) / (loops - 1)
-        mix = depth if depth <= low else high + (depth - low) * (1 - high) / (1 - low)
-        rgb = (round(a + (b - a) * mix) for a, b in zip(SHALLOW, DEEP, strict=True))
-        text = DARK_TEXT if depth <= low else LIGHT_TEXT
+        deep = depth > 0.5
+        (first, last), mix = (DEEP, 2 * depth - 1) if deep else (SHALLOW, 2 * depth)
+        rgb = (round(a + (b - a) * mix) for a, b in zip(first, last, strict=True))
+        text = LIGHT_TEXT if deep else DARK_TEXT
         shades.append(Shade(loop, "#" + "".join(f"{c:02x}" for c in rgb), text))
     return shades
 

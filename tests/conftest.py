@@ -1,5 +1,5 @@
-"""Fixtures shared by the whole suite: real services, a real browser, the gpu marker, and
-a database that several threads may write to at once.
+"""Fixtures shared by the whole suite: real services, a real browser, and a database that
+several threads may write to at once (the gpu marker is tests/kernels' own).
 
 Tests that need Redis or Chromium skip on a machine without them, with the reason,
 unless REQUIRE_SERVICES=1 / REQUIRE_BROWSER=1 (as in CI), where their absence fails.
@@ -24,17 +24,6 @@ def _missing(what: str, required_by: str) -> None:
     if os.environ.get(required_by) == "1":
         pytest.fail(f"{what} is not available but {required_by}=1")
     pytest.skip(f"{what} is not available (set {required_by}=1 to make this a failure)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kernels.batch import ContinuousBatch, RunUpdate
     from kernels.checkpoint import LoadedModel
-    from kernels.stream import GenerationParams, TokenEvent
+    from kernels.report import TokenEvent
+from kernels.request import GenerationParams
 
 logger = logging.getLogger(__name__)
 

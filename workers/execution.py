@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from kernels.checkpoint import LoadedModel
-    from kernels.stream import GenerationParams, GenerationStream, TokenEvent
+    from kernels.generate import GenerationStream
+    from kernels.report import TokenEvent
+    from kernels.request import GenerationParams
     from workers.batching import RunHandle
 
 logger = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ class InvalidParams(ValueError):
 
 def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
-    from kernels.stream import GenerationParams
+    from kernels.request import GenerationParams
 
     ours = ("extrapolate", TEXT_OF)  # the API's and the playground's, not the engine's
     values = {key: value for key, value in run.params.items() if key not in ours}

@@ -8,7 +8,8 @@ agreement, mean log-likelihood difference). Times are medians of interleaved rep
 are compared as ratios to full depth (q = 1, best-available) measured in the same run;
 "kept" is the measured saving over the ideal saving 1 − executed fraction.
 
-Batch-8 decode serves a queue of requests through 8 rows (continuous batching), and its
+Batch-8 decode serves a queue of requests through 8 rows of the served continuous batch
+(:class:`kernels.batch.ContinuousBatch`, per-loop trace and events included), and its
 tokens/s is taken while all 8 rows are busy: a fixed batch of 8 would decode at the pace
 of its deepest sequence, whatever the others skip. Random models decode by sampling
 (temperature 1, seeded): greedy decoding of random weights repeats one token forever.
@@ -24,7 +25,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,13 +34,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from kernels.batch import ContinuousBatch
 from kernels.checkpoint import LoadedModel, default_device, load_checkpoint
 from kernels.config import DTYPES, preset
 from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.model import LoopedLM
+from kernels.request import GenerationParams
 from kernels.rules import QExit
 from kernels.sampling import Sampler
-from kernels.work import FlopModel, Work
+from kernels.work import FlopModel, WorkCount
 
 SHIPPED_MODEL = Path(__file__).parents[1] / "models" / "pydoc-loop"
 POLICIES = ("best-available", "select", "recompute-kv")
@@ -100,7 +103,8 @@ def random_model(name: str, device: torch.device, dtype: torch.dtype, seed: int 
 
     config = preset(name).replace(dtype={v: k for k, v in DTYPES.items()}[dtype])
     torch.manual_seed(seed)
-    model = LoopedLM(config)
+    with torch.device(device):  # a real-shape model is made where it runs
+        model = LoopedLM(config)
     with torch.no_grad():
         model.model.early_exit_gate.weight.normal_(0.0, 2.4 / config.hidden_size**0.5)
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
@@ -204,7 +208,7 @@ def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, re
     for _ in range(load.repeats):
         for case in cases:
             wall = cpu = 0.0
-            work, tokens, exits, peaks, depths = Work(), 0, 0, [], []
+            work, tokens, exits, peaks, depths = WorkCount(), 0, 0, [], []
             for prompt in prompts:
                 engine = _engine(loaded, case)
                 prefill = engine.prefill([prompt], reserve=load.decode_new)
@@ -214,7 +218,7 @@ def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, re
                     engine: Engine = engine,
                     prefill: PrefillResult = prefill,
                     sampler: Sampler = sampler,
-                    work: Work = work,
+                    work: WorkCount = work,
                 ) -> list[TokenRecord]:
                     return list(
                         engine.decode(
@@ -242,44 +246,45 @@ def run_decode_single(loaded: LoadedModel, cases: list[Case], load: Workload, re
 
 
 def run_decode_batch(loaded: LoadedModel, cases: list[Case], load: Workload, real: bool) -> None:
-    """Continuous batching: ``requests`` prompts through ``batch`` rows. Tokens/s and the
-    executed fraction are taken from the start until a row first finds the queue empty
-    (every row busy all along); time spent prefilling queued prompts is left out."""
+    """Continuous batching as it is served (:class:`kernels.batch.ContinuousBatch`):
+    ``requests`` prompts through ``batch`` rows. Tokens/s and the executed fraction are
+    taken over the decode halves of the steps until the queue is empty (every row busy
+    all along); the joining requests' prefill halves are left out."""
     prompts = token_rows(loaded, load.requests, load.batch_prompt, 11, real)
     device, n_loops = loaded.device, loaded.config.total_ut_steps
     for _ in range(load.repeats):
         for case in cases:
-            engine, work = _engine(loaded, case), Work()
-            prefill = engine.prefill(prompts[: load.batch], reserve=load.batch_new)
-            sampler = Sampler(temperature=0.0 if real else 1.0, seed=5)
-            done = [0, 0]  # completed tokens, the loops they computed
-            idle: list[tuple[float, float, int, int]] = []
-
-            def queue(
-                done: list[int] = done, idle: list[tuple[float, float, int, int]] = idle
-            ) -> Iterator[list[int]]:
-                yield from prompts[load.batch :]
-                _sync(device)  # a row has just found the queue empty
-                idle.append((time.perf_counter(), time.process_time(), done[0], done[1]))
-
-            _sync(device)
-            start, start_cpu = time.perf_counter(), time.process_time()
-            for record in engine.decode(
-                prefill, max_new_tokens=load.batch_new, sampler=sampler, work=work, queue=queue()
-            ):
-                if idle:
+            params = GenerationParams(
+                max_new_tokens=load.batch_new,
+                q=case.q,
+                kv_policy=case.policy,
+                temperature=0.0 if real else 1.0,
+                seed=5,
+                top_k=0,
+            )
+            batch = ContinuousBatch(
+                loaded, max_rows=load.batch, capacity=load.batch_prompt + load.batch_new
+            )
+            for key, prompt in enumerate(prompts):
+                batch.add(key, prompt, params)
+            tokens = loops = 0
+            seconds = cpu_seconds = 0.0
+            while True:
+                for _ in batch.joins():
+                    pass
+                if not batch.waiting:  # the next free row finds the queue empty
                     break
-                done[0] += 1
-                done[1] += record.loops_computed
-            end, end_cpu, tokens, loops = idle[0]
-            seconds = end - start - engine.queued_prefill_s
-            cpu_seconds = end_cpu - start_cpu - engine.queued_prefill_cpu_s
+                updates, wall, cpu = _timed(device, batch.decode)
+                seconds, cpu_seconds = seconds + wall, cpu_seconds + cpu
+                for update in updates.values():
+                    tokens += len(update.events)
+                    loops += sum(event.loops_computed for event in update.events)
             case.times.setdefault("decode8_tokens_per_s", []).append(tokens / seconds)
             case.times.setdefault("decode8_cpu_tokens_per_s", []).append(tokens / cpu_seconds)
             case.values.update(
                 decode8_window_tokens=tokens,
                 decode8_executed_fraction=loops / (n_loops * tokens),
-                decode8_peak_kv_bytes=prefill.kept_cache().peak_bytes,
+                decode8_peak_kv_bytes=batch.decoding.cache.peak_bytes,
             )
 
 
@@ -299,6 +304,8 @@ def summarise(cases: list[Case], loops: int) -> list[dict[str, Any]]:
             ("decode8", "decode8_tokens_per_s", "decode8_executed_fraction", True),
             ("decode8_cpu", "decode8_cpu_tokens_per_s", "decode8_executed_fraction", True),
         ):
+            if key not in case.times:  # a phase this run did not measure
+                continue
             ratio = (
                 base.median(key) / case.median(key)
                 if higher_is_faster

@@ -26,13 +26,14 @@ from transformers import PreTrainedTokenizerBase
 
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
+from kernels.generate import generate_stream
 from kernels.model import LoopedLM
 from kernels.offline import corpus
 from kernels.offline.card import write_card
 from kernels.offline.evaluate_task import evaluate_task
 from kernels.offline.objectives import per_loop_losses
+from kernels.request import GenerationParams
 from kernels.rules import QExit
-from kernels.stream import GenerationParams, generate_stream
 
 QS = (0.5, 0.7, 0.9)
 PROMPTS = (

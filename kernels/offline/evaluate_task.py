@@ -19,9 +19,10 @@ from torch import Tensor
 
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine
+from kernels.generate import generate_stream
 from kernels.offline import tasks
+from kernels.request import GenerationParams
 from kernels.rules import ExitRule, Fixed, QExit
-from kernels.stream import GenerationParams, generate_stream
 
 QS = (0.3, 0.5, 0.7, 0.9)
 EVAL_SEED = -1_000  # training batches use seeds >= 0, its validation -1 - seed

@@ -83,14 +83,14 @@ function layout(points, metric, view) {
     shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: 1, x1: 1, line: REFERENCE });
   }
   return {
-    height: 420,
-    margin: { t: 20, r: 10, b: 50, l: 60 },
+    height: 480,
+    margin: { t: 20, r: 10, b: 40, l: 60 },
     xaxis:
       view === "latency"
         ? { title: { text: "decode time per token ÷ full depth" } }
         : { title: { text: "executed fraction of full-depth token-loops" }, range: [0, 1.05] },
     yaxis: { title: { text: metric } },
-    legend: { orientation: "h", y: -0.2 },
+    legend: { orientation: "h", y: -0.24, yanchor: "top" },
     shapes,
     annotations,
   };

@@ -11,8 +11,9 @@ from django.core.cache import cache
 from django.test import Client
 
 from atlas.datafile import records_from_file
+from atlas.models import AtlasChange, Work
 from atlas.records import record_from_row
-from atlas.services import atlas_load
+from atlas.services import atlas_load, suggestion_approve, suggestion_submit
 
 SMALL_ATLAS = Path(__file__).parent / "data" / "works.yaml"
 
@@ -91,3 +92,16 @@ def curator_client(curator) -> Client:
     client = Client()
     client.force_login(curator)
     return client
+
+
+def approve_kv(curator, value: str = "no-kv", **evidence: str) -> AtlasChange:
+    """A reviewed correction of Universal Transformers' KV strategy: a new data version."""
+    suggestion = suggestion_submit(
+        work=Work.objects.get(slug="universal-transformers"),
+        field="kv_strategy",
+        proposed_value=value,
+        rationale="It says so.",
+        **evidence,
+    )
+    suggestion_approve(suggestion=suggestion, reviewer=curator)
+    return AtlasChange.objects.latest()

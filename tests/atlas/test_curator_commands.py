@@ -53,13 +53,15 @@ def test_a_bibtex_file_proposes_the_good_entries_and_reports_the_rest(
     report = run("propose_works", str(path), "--rationale", "From the curators' reading list.")
     # then each is reported, and only the good one is stored
     lines = report.splitlines()
+    stored = Proposal.objects.get()
     assert lines[0].startswith("line ") and ": invalid: not read:" in lines[0]
-    assert lines[1] == "@article{elastic2026}: proposed: proposal #1 Elastic Loops: Depth on Demand"
+    assert lines[1] == (
+        f"@article{{elastic2026}}: proposed: proposal #{stored.pk} Elastic Loops: Depth on Demand"
+    )
     assert lines[2].startswith("@inproceedings{ut-again}: duplicate: skipped: Already there")
     assert "universal-transformers" in lines[2]
     assert lines[3] == "@misc{no-family}: invalid: recurrence_family: is required"
     assert lines[4] == "1 proposed, 1 duplicate, 2 invalid"
-    stored = Proposal.objects.get()
     assert stored.authors == ["Ada Lovelace", "Alan Turing"]
     assert f"{stored.month:%Y-%m}" == "2026-11" and stored.arxiv_id == "2611.01234"
     assert stored.modality == ["language", "algorithmic"]
@@ -75,7 +77,7 @@ def test_a_tsv_with_the_apis_fields_goes_through_the_same_checks(tmp_path, small
     bad = "Bad Loops\tftp://example.org/b\t2026-10\tBad.\tlooped-lm\t\tIn scope.\tno"
     path.write_text("\n".join([header, good, bad]) + "\n", encoding="utf-8")
     report = run("propose_works", str(path))
-    assert "row 2: proposed: proposal #1 Halting Loops" in report
+    assert f"row 2: proposed: proposal #{Proposal.objects.get().pk} Halting Loops" in report
     assert "row 3: invalid: url: 'ftp://example.org/b' is not an http(s) URL" in report
     assert Proposal.objects.get().month_estimated is True
 

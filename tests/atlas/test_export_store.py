@@ -7,7 +7,7 @@ import pytest
 
 from atlas import exportstore
 from atlas.models import Work
-from atlas.services import suggestion_approve, suggestion_submit
+from tests.atlas.conftest import approve_kv
 
 pytestmark = pytest.mark.django_db
 
@@ -43,13 +43,7 @@ def test_a_version_is_serialized_once_and_a_new_version_is_stored_anew(
     # then the version's file is what is sent: it was not serialized again
     assert _body(client.get("/api/v1/export/?format=csv")) == first
     # and when a reviewed change makes a new version, its export shows the data of now
-    suggestion = suggestion_submit(
-        work=Work.objects.get(slug="universal-transformers"),
-        field="kv_strategy",
-        proposed_value="no-kv",
-        rationale="It says so.",
-    )
-    suggestion_approve(suggestion=suggestion, reviewer=curator)
+    approve_kv(curator)
     now = _body(client.get("/api/v1/export/?format=csv"))
     assert b"Renamed in place" in now and b"no-kv" in now
 

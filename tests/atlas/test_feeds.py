@@ -66,14 +66,15 @@ def test_a_new_work_heads_the_feed_and_the_changes_feed_has_its_version(
 ) -> None:
     # given a proposal accepted after the atlas was loaded
     before = feed(client, "/feeds/works.atom")
-    work = proposal_accept(proposal=proposal_submit(data=proposal()), reviewer=None).work
+    accepted = proposal_accept(proposal=proposal_submit(data=proposal()), reviewer=None)
+    work = accepted.work
     assert work is not None
     # when
     after = feed(client, "/feeds/works.atom")
     changes = feed(client, "/feeds/changes.atom")
     # then
     assert after.entries[0].title == work.title and len(after.entries) == len(before.entries) + 1
-    assert changes.entries[0].title.endswith(f"{work.slug}: added (proposal #1)")
+    assert changes.entries[0].title.endswith(f"{work.slug}: added (proposal #{accepted.pk})")
     assert f"{work.slug}: added" in changes.entries[0].summary
     for parsed in (after, changes):
         assert CONTACT not in str(parsed)

@@ -8,8 +8,7 @@ import pytest
 from atlas.explore import PAGE_SIZE
 from atlas.models import Suggestion, Work
 from atlas.related import related_refresh
-from atlas.services import suggestion_approve, suggestion_submit
-from tests.atlas.conftest import load_rows
+from tests.atlas.conftest import approve_kv, load_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -143,20 +142,23 @@ def test_explore_needs_the_same_queries_for_few_and_many_works(
 
 
 def test_explore_counts_the_data_of_now_after_a_reviewed_change(client, small_atlas, curator):
-    # given Explore's counts of the loaded version
+    # given Explore's counts and rows of the loaded version
     before = client.get("/?kv_strategy=no-kv")
+    assert "KV: No KV" not in _row(client.get("/"), "universal-transformers")
     # when a reviewed change makes a new version
-    suggestion = suggestion_submit(
-        work=Work.objects.get(slug="universal-transformers"),
-        field="kv_strategy",
-        proposed_value="no-kv",
-        rationale="It says so.",
-    )
-    suggestion_approve(suggestion=suggestion, reviewer=curator)
+    approve_kv(curator)
     # then the same search lists one more work, and its facet panel counts it
     after = client.get("/?kv_strategy=no-kv")
     assert len(_slugs(after)) == len(_slugs(before)) + 1
     assert _no_kv_count(after) == _no_kv_count(before) + 1
+    # and the work's row shows its new label
+    assert "KV: No KV" in _row(client.get("/"), "universal-transformers")
+
+
+def _row(response, slug: str) -> str:
+    rows = response.text.split('<li class="work-row">')[1:]
+    (row,) = [row for row in rows if f'href="/works/{slug}/"' in row]
+    return row
 
 
 def _no_kv_count(response) -> int:

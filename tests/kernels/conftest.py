@@ -1,4 +1,7 @@
-"""Shared fixtures for the kernels tests: the golden ouro-tiny checkpoint and tiny models."""
+"""Shared fixtures for the kernels tests: the golden ouro-tiny checkpoint and tiny models.
+
+Nothing here or in these tests needs more than torch, safetensors and pytest, so a GPU
+machine runs them alone (``benchmarks/device.sh``: ``--confcutdir tests/kernels``)."""
 
 from pathlib import Path
 
@@ -11,6 +14,16 @@ from kernels.config import LoopConfig, preset
 from kernels.model import LoopedLM
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ouro-tiny"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip without a CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A run in a continuous batch gives what it gives alone (kernels.stream.generate_stream)."""
+"""A run in a continuous batch gives what it gives alone (kernels.generate.generate_stream)."""
 
 from collections.abc import Hashable
 from typing import Any
@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from kernels.batch import PREFILL_CHUNK, ContinuousBatch, RunUpdate
-from kernels.stream import GenerationParams, generate_stream
+from kernels.generate import generate_stream
+from kernels.request import GenerationParams
 
 # Prompts and settings checked (by ``assert_no_near_tie``) to keep every q-exit token's
 # cumulative exit probability and every convergence KL at least 1e-4 from its threshold,

@@ -75,3 +75,10 @@ def test_presets_are_independent_copies():
     assert PRESETS["ouro-tiny"].total_ut_steps == 4
     with pytest.raises(ValueError, match="unknown preset"):
         preset("nope")
+
+
+def test_ouro_2_6b_is_ouro_1_4b_with_48_layers():
+    small, large = preset("ouro-1.4b"), preset("ouro-2.6b")
+
+    assert (small.num_hidden_layers, large.num_hidden_layers) == (24, 48)
+    assert large.replace(num_hidden_layers=24) == small

@@ -1,4 +1,3 @@
-import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -11,7 +10,7 @@ from kernels.engine import Engine, TokenRecord
 from kernels.rules import ACT, Convergence, ExitRule, Fixed, LoopSignals, Ponder, QExit
 from kernels.runner import Trace
 from kernels.scheduler import PrefillSchedule
-from kernels.work import Work
+from kernels.work import WorkCount
 from tests.kernels.naive import naive_generate
 
 POLICIES = ["best-available", "select", "recompute-kv"]
@@ -239,7 +238,7 @@ def test_exited_tokens_are_never_computed_again(ouro_tiny, prompts, policy):
     # given
     engine = Engine(ouro_tiny.model, QExit(0.5), policy)
     counts, handles = count_layer_rows(ouro_tiny.model)
-    work = Work()
+    work = WorkCount()
 
     # when
     try:
@@ -344,7 +343,7 @@ def test_each_rows_prompt_work_adds_up_to_the_prefills(ouro_tiny, prompts, polic
 def test_decode_work_counts_each_tokens_full_depth_baseline(ouro_tiny, prompts, top_k):
     # given two rows decoding, with and without a logit lens at every loop
     engine = Engine(ouro_tiny.model, QExit(0.5), top_k=top_k)
-    work = Work()
+    work = WorkCount()
 
     # when
     _, _, records = greedy(engine, prompts[:2], 4, work=work)
@@ -600,52 +599,6 @@ def test_a_chunked_prefill_matches_the_naive_per_token_implementation(ouro_tiny,
     assert prefill.exit_loop[0].tolist() == [t.exit_loop for t in naive]
     want = torch.stack([t.logits for t in naive])
     torch.testing.assert_close(prefill.logits[0], want, atol=ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("policy", POLICIES)
-def test_a_queue_keeps_the_batch_full_and_each_request_unchanged(ouro_tiny, prompts, policy):
-    # given five requests served by two rows
-    requests = prompts + [prompts[0][:4], prompts[2][5:]]
-    engine = Engine(ouro_tiny.model, QExit(0.6), policy)
-    longest = max(map(len, requests))
-    prefill = engine.prefill(requests[:2], reserve=longest + 5)
-
-    # when
-    served: list[list[tuple[int, int]]] = [[] for _ in requests]
-    for record in engine.decode(prefill, max_new_tokens=5, queue=iter(requests[2:])):
-        served[record.row].append((record.token_id, record.exit_loop))
-
-    # then every request generated what it generates alone
-    for request, prompt in enumerate(requests):
-        _, alone, records = greedy(engine, [prompt], 5)
-        assert served[request] == list(
-            zip(alone[0], [r.exit_loop for r in records[0]], strict=True)
-        )
-    assert engine.queued_prefill_work.token_loops_executed > 0
-
-
-def test_only_queued_prompts_count_toward_the_queued_prefill_time(ouro_tiny, prompts):
-    # given an engine that decodes a batch without a queue, then one with a queued prompt
-    engine = Engine(ouro_tiny.model)
-    greedy(engine, [prompts[1]], 2)
-    assert engine.queued_prefill_s == engine.queued_prefill_cpu_s == 0.0
-    prefill = engine.prefill([prompts[1]], reserve=len(prompts[0]) + 2)
-
-    # when
-    start = time.perf_counter()
-    list(engine.decode(prefill, max_new_tokens=2, queue=iter([prompts[0]])))
-    elapsed = time.perf_counter() - start
-
-    # then the time of that prompt's prefill is part of the decode's
-    assert 0 < engine.queued_prefill_s < elapsed and engine.queued_prefill_cpu_s > 0
-
-
-def test_a_queued_prompt_too_long_for_the_cache_is_a_clear_error(ouro_tiny, prompts):
-    engine = Engine(ouro_tiny.model)
-    prefill = engine.prefill([prompts[1]], reserve=2)
-
-    with pytest.raises(ValueError, match="does not fit"):
-        list(engine.decode(prefill, max_new_tokens=2, queue=iter([prompts[2]])))
 
 
 @pytest.mark.gpu

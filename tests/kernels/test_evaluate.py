@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from kernels.checkpoint import load_checkpoint
+from kernels.generate import generate_stream
 from kernels.offline.card import exits_inline, render_card
 from kernels.offline.evaluate import CHECK, evaluate, heldout_ids
-from kernels.stream import GenerationParams, generate_stream
+from kernels.request import GenerationParams
 
 SHIPPED = Path(__file__).resolve().parents[2] / "kernels" / "models" / "pydoc-loop"
 

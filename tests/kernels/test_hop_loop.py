@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from kernels.checkpoint import load_checkpoint
+from kernels.generate import generate_stream
 from kernels.offline import hops
 from kernels.offline.card import render_card
 from kernels.offline.evaluate import TASK_CHECK, model_defaults
 from kernels.offline.evaluate_task import evaluate_task
-from kernels.stream import GenerationParams, generate_stream
+from kernels.request import GenerationParams
 
 SHIPPED = Path(__file__).resolve().parents[2] / "kernels" / "models" / "hop-loop"
 

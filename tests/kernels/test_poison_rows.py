@@ -9,8 +9,9 @@ import pytest
 
 from kernels import batch as batch_module
 from kernels.batch import ContinuousBatch
+from kernels.report import RunReport
+from kernels.request import GenerationParams
 from kernels.sampling import Sampler
-from kernels.stream import GenerationParams, RunReport
 from tests.kernels.test_batch import REQUESTS, alone, assert_same_run
 
 GOOD = ("greedy", "sampled", "fixed")
@@ -117,19 +118,15 @@ def test_a_raising_prefill_fails_only_the_requests_prefilled_together(
     # given a good run decoding, and a request whose prefill raises
     batch = ContinuousBatch(ouro_tiny, max_rows=2)
     batch.add("fixed", *REQUESTS["fixed"])
-    real_engine = batch_module.request_engine
+    real_step = batch.engine.run_prefill_step
+    poisoned = list(ouro_tiny.tokenizer.encode(POISON[0]))
 
-    def engine_of(loaded, params):
-        engine = real_engine(loaded, params)
-        if params is POISON[1]:
+    def run_prefill_step(step, prefilling):
+        if prefilling.ids[0, : len(poisoned)].tolist() == poisoned:
+            raise PoisonError("its prefill is poisoned")
+        return real_step(step, prefilling)
 
-            def raising(*args, **kwargs):
-                raise PoisonError("its prefill is poisoned")
-
-            engine.run_prefill_step = raising  # type: ignore[method-assign]
-        return engine
-
-    monkeypatch.setattr(batch_module, "request_engine", engine_of)
+    monkeypatch.setattr(batch.engine, "run_prefill_step", run_prefill_step)
 
     # when it joins once the good run decodes
     events, summaries, errors = drive(batch, lambda: batch.add("poison", *POISON))

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from kernels.engine import Engine
-from kernels.stream import GenerationParams, generate_stream
+from kernels.generate import generate_stream
+from kernels.request import GenerationParams
 from kernels.teacher import teacher_forced_stream
 
 PROMPT = "def loop(x):"

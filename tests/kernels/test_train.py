@@ -3,6 +3,7 @@ import torch
 
 from kernels.checkpoint import load_checkpoint
 from kernels.exits import stopping_distribution
+from kernels.generate import generate_stream
 from kernels.offline import corpus
 from kernels.offline.objectives import (
     context_exit_losses,
@@ -26,7 +27,7 @@ from kernels.offline.train import (
     task_loop_targets,
     train,
 )
-from kernels.stream import GenerationParams, generate_stream
+from kernels.request import GenerationParams
 from tests.kernels.test_corpus import TEXTS
 
 DOCS = [corpus.Document(f"stdlib/m{i:02}.py", text) for i, text in enumerate(TEXTS)]

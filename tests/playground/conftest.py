@@ -40,7 +40,7 @@ PROMPT = "def add(a, b):"
 
 
 def make_event(position: int, phase: str = "generated", loops: int = 4, exit_loop: int = 2):
-    """A TokenEvent dict shaped like ``kernels.stream.TokenEvent.to_dict()``."""
+    """A TokenEvent dict shaped like ``kernels.report.TokenEvent.to_dict()``."""
     cumulative = [min(1.0, 0.3 * (t + 1)) for t in range(exit_loop)]
     return {
         "position": position,
@@ -97,7 +97,8 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def direct_events(tiny_model) -> Callable[..., list[dict]]:
     """The engine's own events for a prompt and parameters (the reference for runs)."""
-    from kernels.stream import GenerationParams, generate_stream
+    from kernels.generate import generate_stream
+    from kernels.request import GenerationParams
 
     def generate(prompt: str = PROMPT, **params: Any) -> list[dict]:
         params.pop("extrapolate", None)

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 import pytest
 
-from playground.charts import LABELLED_COLUMNS, heatmap_figure
+from playground.charts import LABELLED_COLUMNS, NOT_COMPUTED, heatmap_figure
 from playground.palette import loop_shades
 from tests.playground.conftest import make_event
 
@@ -63,6 +63,15 @@ def test_the_heatmap_and_the_text_share_one_shade_per_loop() -> None:
 def test_every_shade_reads_at_aa_contrast(loops) -> None:
     for shade in loop_shades(loops):
         assert _contrast(shade.background, shade.text) >= 4.5, (loops, shade)
+
+
+@pytest.mark.parametrize("loops", [2, 4, 6, 12])
+def test_no_shade_looks_like_a_skipped_cell(loops) -> None:
+    grey = [int(NOT_COMPUTED[i : i + 2], 16) for i in (1, 3, 5)]
+    for shade in loop_shades(loops):
+        rgb = [int(shade.background[i : i + 2], 16) for i in (1, 3, 5)]
+        assert max(rgb) - min(rgb) > 40, shade  # a hue, not a grey
+        assert sum(abs(a - b) for a, b in zip(rgb, grey, strict=True)) > 40, shade
 
 
 def _contrast(a: str, b: str) -> float:

@@ -68,7 +68,8 @@ def test_each_generated_hops_answer_is_marked_right_or_wrong_with_what_was_expec
         None,
         (False, "h"),
     ]
-    assert marks[6].title == "answer ✗: expected 'h'"
+    wrong = marks[6]
+    assert wrong is not None and wrong.title == "answer ✗: expected 'h'"
 
 
 def test_a_sums_digits_are_marked_and_a_text_model_is_not():

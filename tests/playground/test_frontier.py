@@ -161,7 +161,10 @@ def test_every_shipped_frontier_point_links_to_a_form_that_runs_exactly_it(clien
     from playground.checkpoints import model_frontier, model_get
     from playground.forms import RunForm
 
-    frontier = model_frontier(model=model_get(name=name))
+    model = model_get(name=name)
+    assert model is not None
+    frontier = model_frontier(model=model)
+    assert frontier is not None
     page = client.get("/playground/frontier/?points=all").content.decode()
     section = page.split(f"<code>{name}</code>")[1]
     links = re.findall(r'<a href="([^"]+)">try this setting</a>', section.split("</section>")[0])

@@ -69,7 +69,7 @@ def test_run_params_name_every_field_out_of_bounds():
 
 
 def test_the_engines_params_are_run_params_with_the_same_fields_and_defaults():
-    from kernels.stream import GenerationParams
+    from kernels.request import GenerationParams
 
     # then
     assert issubclass(GenerationParams, RunParams)

@@ -532,8 +532,8 @@ def test_event_texts_are_stored_with_nul_shown_as_a_symbol():
 
 def test_the_submit_vocabularies_are_the_engines():
     from kernels.params import CHOICES
+    from kernels.request import GenerationParams
     from kernels.rules import POLICIES
-    from kernels.stream import GenerationParams
 
     assert set(CHOICES["kv_policy"]) == set(POLICIES)
     for name in CHOICES["exit_rule"]:  # each name the web accepts builds that engine rule

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from atlas.datafile import records_from_file
+from atlas.models import Author
 from atlas.services import atlas_load
 from playground.models import Run, RunToken
 from tests.playground.conftest import make_event
@@ -53,6 +54,8 @@ def site(db) -> list[str]:
     records = records_from_file(SMALL_ATLAS)
     atlas_load(records=records, source=SMALL_ATLAS.name)
     slugs = [record.slug for record in records]
+    author = Author.objects.order_by("pk").first()
+    assert author is not None
     text = _finished_run("pydoc-loop", "def add(a, b):", "\n    return a + b\n", 4)
     other = _finished_run("pydoc-loop", "def add(a, b):", "\n    return a - b\n", 4, q=0.5)
     task = _finished_run("hop-loop", "ga dc fd be af eg ch hb;f3=", "h\n", 6)
@@ -64,6 +67,10 @@ def site(db) -> list[str]:
         "/",
         f"/works/{slugs[0]}/",
         f"/compare/?works={','.join(slugs[:3])}",
+        "/works/propose/",
+        "/intake/",
+        "/map/",
+        author.get_absolute_url(),
         "/playground/",
         point,
         "/playground/runs/",

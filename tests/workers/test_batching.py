@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from kernels.stream import GenerationParams, generate_stream
+from kernels.generate import generate_stream
+from kernels.request import GenerationParams
 from tests.playground.conftest import TINY
 from workers import batching
 from workers.batching import BatchService, RunTimeLimitExceeded

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pytest
 from django.db import connection
 
+from kernels.generate import generate_stream
+from kernels.request import GenerationParams
 from kernels.sampling import Sampler
-from kernels.stream import GenerationParams, generate_stream
 from playground.models import Run
 from tests.kernels.test_poison_rows import PoisonedSampler, PoisonError
 from tests.playground.conftest import TINY

@@ -218,7 +218,9 @@ def test_a_same_text_sibling_is_scored_on_the_runs_tokens_as_the_engine_scores_t
     assert [t.phase for t in forced] == list(
         origin.tokens.order_by("position").values_list("phase", flat=True)
     )
-    loaded = load_checkpoint(model_get(name=sibling.model).path, device="cpu")
+    model = model_get(name=sibling.model)
+    assert model is not None
+    loaded = load_checkpoint(model.path, device="cpu")
     engine = Engine(loaded.model, QExit(0.3), "select", trace=True)
     direct = engine.prompt_records(engine.prefill([ids]))
     assert [token.exit_loop for token in forced] == [record.exit_loop for record in direct]

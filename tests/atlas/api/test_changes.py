@@ -7,23 +7,11 @@ import pytest
 from django.utils import timezone
 
 from atlas.models import AtlasChange, Work
-from atlas.services import suggestion_approve, suggestion_submit
+from tests.atlas.conftest import approve_kv
 
 pytestmark = pytest.mark.django_db
 
 SLUG = "universal-transformers"
-
-
-def _approve_kv(curator, value: str = "no-kv", **evidence: str) -> AtlasChange:
-    suggestion = suggestion_submit(
-        work=Work.objects.get(slug=SLUG),
-        field="kv_strategy",
-        proposed_value=value,
-        rationale="It says so.",
-        **evidence,
-    )
-    suggestion_approve(suggestion=suggestion, reviewer=curator)
-    return AtlasChange.objects.latest()
 
 
 def test_changes_since_a_version_list_work_field_old_new_when_and_evidence(
@@ -32,7 +20,7 @@ def test_changes_since_a_version_list_work_field_old_new_when_and_evidence(
     # given the loaded atlas (one version) and one approved correction after it
     loaded = AtlasChange.objects.latest()
     old = Work.objects.get(slug=SLUG).kv_strategy
-    corrected = _approve_kv(
+    corrected = approve_kv(
         curator, evidence_note="Encoder-decoder on algorithmic tasks.", evidence_source="seed 000"
     )
     # when
@@ -84,7 +72,7 @@ def test_an_export_pinned_to_a_version_reproduces_it_exactly(
     loaded = AtlasChange.objects.latest()
     before = client.get(f"/api/v1/export/?format={fmt}").content
     # when the data changes and the export is pinned to that version, by number or time
-    _approve_kv(curator)
+    approve_kv(curator)
     assert client.get(f"/api/v1/export/?format={fmt}").content != before
     by_number = client.get(f"/api/v1/export/versions/{loaded.pk}/?format={fmt}")
     label = loaded.at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from kernels.stream import GenerationParams, generate_stream
+from kernels.generate import generate_stream
+from kernels.request import GenerationParams
 
 PROMPT = "def loop(x):"
 
