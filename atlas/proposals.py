@@ -11,7 +11,7 @@ and a refusal, and two acceptances at once never give two works one number or sl
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
@@ -22,6 +22,7 @@ from atlas.models import AtlasChange, Proposal, Work
 from atlas.records import FIELD_RULES, RecordError, record_from_row, text_rule
 from atlas.rules import rule_fields, rules_broken
 from atlas.services import ReviewError, atlas_change_record, works_upsert
+from loopatlas.locks import transaction_serialised
 
 FACET_NAMES = tuple(facet.name for facet in taxonomy.FACETS)
 # A proposal's fields that are a work's own, checked by the work's field rules.
@@ -115,12 +116,8 @@ INTAKE_LOCK = 0x696E7461  # "inta": any number no other code uses
 
 def _intake_serialised() -> None:
     """Make this transaction the only one checking and writing proposals and accepted
-    works until it ends: a duplicate check is a read, then an insert. On PostgreSQL a
-    transaction-level advisory lock; on SQLite every transaction is IMMEDIATE (the
-    settings), so the caller's ``atomic`` already holds the write lock."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [INTAKE_LOCK])
+    works until it ends: a duplicate check is a read, then an insert."""
+    transaction_serialised(INTAKE_LOCK)
 
 
 def duplicate_candidates(*, exclude: Proposal | None = None) -> list[Candidate]:

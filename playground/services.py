@@ -19,10 +19,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from kernels.params import RunParams
+from loopatlas.locks import transaction_serialised
 from playground import selectors, streams
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
@@ -204,17 +205,8 @@ def _submits_serialised() -> None:
 
     The limits are a count, then an insert: two submits that both count before either
     inserts would both pass (20 at once from one address made 15 runs under a limit of 2).
-    On PostgreSQL, a transaction-level advisory lock: released at commit or rollback,
-    needing no table or row (nothing to create, or to lose to a flush), and the counts
-    read after it (READ COMMITTED) see the runs its previous holder created. On SQLite
-    the settings make every transaction IMMEDIATE, so the caller's ``atomic`` took the
-    database's write lock at BEGIN and other submits wait there on the busy timeout (a
-    DEFERRED transaction that counted first could not upgrade to write once another had,
-    and would fail "database is locked").
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SUBMIT_LOCK])
+    transaction_serialised(SUBMIT_LOCK)
 
 
 def _limit_refusal(
