@@ -137,27 +137,43 @@ def _term(facet: taxonomy.Facet) -> Callable[[Any], str]:
 
 
 SEED_SOURCE_RE = re.compile(r"^seed \d{3}(_[0-9a-f]+)?$")
+# An entry of a public list's catalogue: ``owner/repo@commit:path#entry``.
+LIST_SOURCE_RE = re.compile(
+    r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<commit>[0-9a-f]{7,40}):(?P<path>[\w./-]+)#(?P<entry>\S+)$"
+)
 EVIDENCE_KEYS = ("note", "source", "conflict")
-SOURCE_KINDS = ("summary", "facts", "seed", "url")
+SOURCE_KINDS = ("summary", "facts", "seed", "list", "url")
 
 
 def evidence_source_kind(source: str) -> str:
-    """What a basis rests on: the work's summary, its facts row, a seed document or a URL."""
+    """What a basis rests on: the work's summary, its facts row, a seed document, a public
+    list's entry for the work, or a URL."""
     if source in ("summary", "facts"):
         return source
-    return "seed" if SEED_SOURCE_RE.match(source) else "url"
+    if SEED_SOURCE_RE.match(source):
+        return "seed"
+    return "list" if LIST_SOURCE_RE.match(source) else "url"
+
+
+def list_entry_url(source: str) -> str:
+    """Where a list entry can be read: the catalogue file at the cited commit."""
+    found = LIST_SOURCE_RE.match(source)
+    if found is None:
+        raise ValueError(f"{source!r} is not a list entry")
+    return "https://github.com/{repo}/blob/{commit}/{path}".format(**found.groupdict())
 
 
 def evidence_source_check(value: Any) -> str:
     """A basis's source: ``summary``, ``facts``, ``seed NNN…`` or an http(s) URL."""
     value = _text(500)(value)
-    if value in ("summary", "facts") or SEED_SOURCE_RE.match(value):
+    if value in ("summary", "facts") or SEED_SOURCE_RE.match(value) or LIST_SOURCE_RE.match(value):
         return value
     try:
         return _url(value)
     except RecordError:
         raise RecordError(
-            f"{value!r} is not a source: 'summary', 'facts', 'seed NNN' or an http(s) URL"
+            f"{value!r} is not a source: 'summary', 'facts', 'seed NNN', a list entry "
+            "'owner/repo@commit:path#entry' or an http(s) URL"
         ) from None
 
 

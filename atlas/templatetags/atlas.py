@@ -6,7 +6,7 @@ from atlas import citation, exports, taxonomy
 from atlas.charts import FAMILY_COLOURS
 from atlas.exports import EXPORT_FORMATS, ExportFormat
 from atlas.models import Work
-from atlas.records import evidence_source_kind
+from atlas.records import evidence_source_kind, list_entry_url
 from atlas.selectors import Comparison
 from atlas.serializers import WorkSerializer
 
@@ -49,7 +49,9 @@ def facet_basis(work: Work, facet_name: str) -> dict[str, str]:
     basis = work.evidence.get(facet_name)
     if basis is None:
         return {"note": "Classified from the title and summary.", "source": "summary"}
-    return {**basis, "kind": evidence_source_kind(basis["source"])}
+    kind = evidence_source_kind(basis["source"])
+    link = {"href": list_entry_url(basis["source"])} if kind == "list" else {}
+    return {**basis, "kind": kind, **link}
 
 
 @register.filter

@@ -71,10 +71,11 @@ def test_atlas_report_counts_values_sources_and_works_without_facts(data_file) -
     assert lines[lines.index("depth_control (works):") + 1].split() == ["fixed", "2"]
     assert lines[lines.index("depth_control (works):") + 7].split() == ["unspecified", "1"]
     sources = lines.index("labels by source of their basis:")
-    assert [line.split() for line in lines[sources + 1 : sources + 5]] == [
+    assert [line.split() for line in lines[sources + 1 : sources + 6]] == [
         ["summary", str(3 * 7 - 1)],
         ["facts", "0"],
         ["seed", "1"],
+        ["list", "0"],
         ["url", "0"],
     ]
     assert "works without facts: 2" in lines

@@ -7,6 +7,7 @@ import pytest
 from atlas.records import (
     RecordError,
     evidence_source_kind,
+    list_entry_url,
     record_from_row,
     value_from_text,
     value_to_text,
@@ -123,16 +124,28 @@ def test_evidence_must_name_a_facet_a_note_and_a_known_source(evidence, problem)
         record_from_row(make_row(1, evidence=evidence))
 
 
-def test_evidence_sources_are_the_summary_facts_a_seed_or_a_url() -> None:
+LIST_ENTRY = "owner/some-list@068f16f97ee4:catalog/papers-002.json#2610.09876"
+
+
+def test_evidence_sources_are_the_summary_facts_a_seed_a_list_entry_or_a_url() -> None:
     evidence = {
         facet: {"note": "n", "source": source}
         for facet, source in [
             ("training_regime", "facts"),
             ("depth_control", "seed 000_bad39026f2b3d836"),
             ("kv_strategy", "https://example.org/paper"),
+            ("depth_granularity", LIST_ENTRY),
         ]
     }
     values = record_from_row(make_row(1, evidence=evidence)).values["evidence"]
-    assert list(values) == ["depth_control", "kv_strategy", "training_regime"]
+    assert list(values) == ["depth_control", "depth_granularity", "kv_strategy", "training_regime"]
     kinds = [evidence_source_kind(basis["source"]) for basis in values.values()]
-    assert kinds == ["seed", "url", "facts"]
+    assert kinds == ["seed", "list", "url", "facts"]
+
+
+def test_a_list_entry_links_to_the_catalogue_file_at_its_commit() -> None:
+    assert list_entry_url(LIST_ENTRY) == (
+        "https://github.com/owner/some-list/blob/068f16f97ee4/catalog/papers-002.json"
+    )
+    with pytest.raises(ValueError):
+        list_entry_url("owner/some-list:catalog.json#1")
