@@ -32,7 +32,11 @@ PRESETS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     ),
     "kv-policies": (
         "three KV policies",
-        [{"kv_policy": policy} for policy in KV_POLICIES],
+        [{"kv_policy": policy} for policy in KV_POLICIES[:3]],
+    ),
+    "kv-reuse": (
+        "one K/V plane per position: exit loop's / loop 1's (Ouro's last- / first-step-only)",
+        [{"kv_policy": policy} for policy in ("exit-kv", "first-loop-kv")],
     ),
 }
 PARAM_NAMES = frozenset(field.name for field in fields(RunParams))

@@ -23,6 +23,7 @@ from playground.comparison import CompareError, UnknownRun, runs_compare
 from playground.forms import CompareForm, RunForm, model_initial
 from playground.frontier import (
     POINT_PARAMETER,
+    depth_tables,
     frontier_rows,
     point_find,
     point_label,
@@ -291,6 +292,8 @@ def frontier(request: HttpRequest) -> HttpResponse:
                 "pareto_rows": [row for row in rows if row["pareto"]],
                 "slug": f"frontier-{i}",
                 "data_id": f"frontier-{i}-data",
+                "depth": depth_tables(stored) if stored else None,
+                "depth_id": f"frontier-{i}-calibration",
             }
         )
     context = {"models": models, "all_points": request.GET.get("points") == "all"}

@@ -48,6 +48,7 @@ def origin(run_factory) -> Run:
     [
         ("q", [{"q": 0.5}, {"q": 0.9}]),
         ("kv-policies", [{"kv_policy": "select"}, {"kv_policy": "recompute-kv"}]),
+        ("kv-reuse", [{"kv_policy": "exit-kv"}, {"kv_policy": "first-loop-kv"}]),
         (
             "exit-rules",
             [{"exit_rule": "convergence"}, {"exit_rule": "fixed", "fixed_loops": 4}],
