@@ -377,11 +377,15 @@ def test_a_branch_from_a_run_page_opens_the_compare_view_at_the_branch_point(ser
 def test_a_full_depth_run_page_rings_each_settling_loop_and_gives_its_calibration(
     served, page
 ) -> None:
-    # given a q = 1 run: every loop of every position computed
-    run = _finished(served, q=1.0, max_new_tokens=8)
-    stored = served.get(run["tokens_url"]).json()
-    # when its page is opened
+    # given a q = 1 run (every loop of every position computed), its page opened at once
+    run = served.submit(prompt="def add(a, b):", model="ouro-tiny", q=1.0, max_new_tokens=32)
     page.goto(f"{served.base}{run['url']}")
+    # when it streams to the end
+    page.wait_for_function(
+        "() => document.getElementById('run-status').textContent.startsWith('Done')",
+        timeout=60_000,
+    )
+    stored = served.get(run["tokens_url"]).json()
     page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
     # then the heatmap rings each position's settling loop beside its exit (◆ at 4)
     settling = page.evaluate("document.getElementById('heatmap').data[4]")
@@ -391,5 +395,10 @@ def test_a_full_depth_run_page_rings_each_settling_loop_and_gives_its_calibratio
     # and the stats give the run's calibration; no full-depth sibling is offered
     text = page.locator('[data-stat="calibration"]').inner_text()
     assert text.startswith("after ") and f"of {len(stored)} positions" in text
+    # and a reload (the stored run, drawn by the server) shows the same
+    page.reload()
+    page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
+    assert page.evaluate("document.getElementById('heatmap').data[4]")["y"] == settling["y"]
+    assert page.locator('[data-stat="calibration"]').inner_text() == text
     assert page.locator("#full-depth-button").count() == 0
     assert page.errors == []
