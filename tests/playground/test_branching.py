@@ -260,3 +260,30 @@ def test_a_bad_api_branch_is_a_400_naming_the_field(client, finished, data, name
     )
     assert response.status_code == 400
     assert named in response.json()["errors"]
+
+
+@pytest.mark.django_db
+def test_the_worker_reads_a_branch_as_the_prefix_and_the_chosen_token(
+    run_factory, django_capture_on_commit_callbacks
+) -> None:
+    from workers import execution
+
+    # given a run the worker generated greedily
+    run = run_factory(params={"max_new_tokens": 6, "q": 0.7, "seed": 0})
+    execution.run_execute(run_id=run.id, worker="w")
+    stored = [token.data for token in run.tokens.order_by("position")]
+    # and a branch at its first generated token, to a letter it did not write
+    position = len(PROMPT)
+    choice = ord("R") if stored[position]["token_id"] == ord("Q") else ord("Q")
+    with django_capture_on_commit_callbacks(execute=False):
+        sibling = services.run_branch_submit(
+            run=run, position=position, token_id=choice, visitor="session:v"
+        )
+    # when the worker runs the branch
+    execution.run_execute(run_id=sibling.id, worker="w")
+    # then its positions hold the run's tokens up to the branch, then the chosen one
+    sibling.refresh_from_db()
+    assert sibling.status == Run.Status.DONE, sibling.error
+    ids = [token.token_id for token in sibling.tokens.order_by("position")]
+    assert ids[:position] == [event["token_id"] for event in stored[:position]]
+    assert ids[position] == choice
