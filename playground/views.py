@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
 from playground.checkpoints import model_catalog, model_frontier, model_get
-from playground.comparison import CompareError, runs_compare
+from playground.comparison import CompareError, UnknownRun, runs_compare
 from playground.forms import CompareForm, RunForm, model_initial
 from playground.frontier import (
     POINT_PARAMETER,
@@ -214,6 +214,8 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
     """Up to three runs of one prompt side by side (``playground.comparison``)."""
     try:
         comparison = runs_compare(raw=request.GET.get("runs", ""))
+    except UnknownRun as exc:  # a well-formed id of no run: not found, as in the API
+        return _compare_page(request, errors=[str(exc)], status=404)
     except CompareError as exc:
         return _compare_page(request, errors=[str(exc)], status=400)
     context = {"comparison": comparison}
