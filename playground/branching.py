@@ -9,7 +9,8 @@ into other ids (a byte in the middle of a character, a merge the tokenizer would
 refused: the sibling would not read what was chosen.
 
 A branch is stored in the sibling's ``params`` under ``BRANCH_OF`` (the run, the position
-and the chosen token), which the compare view reads to mark the branch point.
+and the chosen token): the compare view compares a branch with its run although its
+prompt text is longer (``branch_root_prompt``) and marks the branch point (``branch_found``).
 """
 
 from collections.abc import Mapping, Sequence
@@ -81,3 +82,41 @@ def branch_make(
             "(it splits a character, or the tokenizer merges it with its neighbours)",
         )
     return Branch(text, position, token_id)
+
+
+def branch_root_prompt(run: Any, runs: Sequence[Any]) -> str:
+    """The prompt of the run that ``run`` branched from, through branches of branches, as
+    far as ``runs`` go (its own prompt when it is no branch of one of them): runs of one
+    root prompt compare position by position."""
+    by_id = {str(item.id): item for item in runs}
+    seen = {str(run.id)}
+    while (parent := by_id.get((run.params.get(BRANCH_OF) or {}).get("run", ""))) is not None:
+        if str(parent.id) in seen:
+            break
+        seen.add(str(parent.id))
+        run = parent
+    return run.prompt
+
+
+def branch_found(views: Sequence[Any]) -> dict[str, Any] | None:
+    """The first of ``views`` (``pages.RunView``) that branched from another of them: its
+    index (``label``) and its parent's (``parent``), the position, and the texts of the
+    chosen and the replaced token (None until stored)."""
+    ids = [view.id for view in views]
+    for i, view in enumerate(views):
+        branch = view.run.params.get(BRANCH_OF) or {}
+        if branch.get("run") not in ids:
+            continue
+        parent = ids.index(branch["run"])
+        return {
+            "label": i,
+            "parent": parent,
+            "position": branch["position"],
+            "chosen": _text_at(view.tokens, branch["position"]),
+            "replaced": _text_at(views[parent].tokens, branch["position"]),
+        }
+    return None
+
+
+def _text_at(tokens: Sequence[Mapping[str, Any]], position: int) -> str | None:
+    return next((event["text"] for event in tokens if event["position"] == position), None)

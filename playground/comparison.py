@@ -37,7 +37,7 @@ from typing import Any
 
 from kernels.settling import Calibration
 from playground import charts, selectors
-from playground.branching import BRANCH_OF
+from playground.branching import branch_found, branch_root_prompt
 from playground.calibration import calibration_against, calibration_display, token_settling
 from playground.models import Run
 from playground.pages import RunView, run_view, stats_display
@@ -312,44 +312,11 @@ def runs_compare(*, raw: str) -> Comparison:
     if len({run.model for run in runs}) > 1:
         models = ", ".join(run.model for run in runs)
         raise CompareError(f"runs of different models cannot be compared ({models})")
-    if len({_root_prompt(run, runs) for run in runs}) > 1:
+    if len({branch_root_prompt(run, runs) for run in runs}) > 1:
         raise CompareError("runs of different prompts cannot be compared")
     return comparison_of(
         [run_view(run=run, tokens=list(selectors.run_tokens(run=run))) for run in runs]
     )
-
-
-def _root_prompt(run: Run, runs: Sequence[Run]) -> str:
-    """The prompt of the run that ``run`` branched from, through branches of branches, as
-    far as the compared runs go (its own prompt when it is no branch of one of them)."""
-    by_id = {str(item.id): item for item in runs}
-    seen = {str(run.id)}
-    while (parent := by_id.get((run.params.get(BRANCH_OF) or {}).get("run", ""))) is not None:
-        if str(parent.id) in seen:
-            break
-        seen.add(str(parent.id))
-        run = parent
-    return run.prompt
-
-
-def _branch(views: Sequence[RunView]) -> dict[str, Any] | None:
-    """The first compared run that branched from another compared run: the labels, the
-    position and the tokens (chosen and replaced)."""
-    ids = [view.id for view in views]
-    for i, view in enumerate(views):
-        branch = view.run.params.get(BRANCH_OF) or {}
-        if branch.get("run") in ids:
-            parent = views[ids.index(branch["run"])]
-            replaced = next((e for e in parent.tokens if e["position"] == branch["position"]), None)
-            chosen = next((e for e in view.tokens if e["position"] == branch["position"]), None)
-            return {
-                "label": LABELS[i],
-                "parent": LABELS[ids.index(branch["run"])],
-                "position": branch["position"],
-                "chosen": chosen["text"] if chosen else None,
-                "replaced": replaced["text"] if replaced else None,
-            }
-    return None
 
 
 def _settled(views: Sequence[RunView], positions: list[Position]) -> int | None:
@@ -398,9 +365,11 @@ def comparison_of(views: Sequence[RunView]) -> Comparison:
         )
         for i, view in enumerate(views)
     ]
-    return Comparison(
-        runs, positions, divergence, deepest, _settled(views, positions), _branch(views)
-    )
+    found = branch_found(views)
+    branch = None
+    if found is not None:
+        branch = found | {"label": LABELS[found["label"]], "parent": LABELS[found["parent"]]}
+    return Comparison(runs, positions, divergence, deepest, _settled(views, positions), branch)
 
 
 def _average_exit(view: RunView) -> float | None:
