@@ -99,6 +99,21 @@ class Work(models.Model):
         indexes = [
             models.Index(fields=["-month", "position", "slug"]),  # newest; oldest reads it back
             models.Index(fields=["title", "slug"]),  # the "title" sort
+            # Explore's counts read only these narrow columns: on PostgreSQL an index-only
+            # scan of this index instead of the wide rows (summary, evidence, search text).
+            models.Index(
+                fields=["recurrence_family", "month"],
+                include=[
+                    "id",
+                    "month_estimated",
+                    "depth_control",
+                    "depth_granularity",
+                    "kv_strategy",
+                    "training_regime",
+                    "code_url",
+                ],
+                name="atlas_work_facet_counts",
+            ),
         ]
 
     def __str__(self) -> str:
