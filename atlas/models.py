@@ -6,11 +6,13 @@ are rows of ``WorkTag`` so that filtering and counting are ordinary joins and
 """
 
 import json
+from collections import defaultdict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
+from django.utils.functional import cached_property
 
 from atlas import taxonomy
 from atlas.records import FIELD_RULES, RecordError
@@ -124,11 +126,18 @@ class Work(models.Model):
 
     def tag_values(self, facet: str) -> list[str]:
         """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
+        if "tags_text" in self.__dict__:  # fixed when read: parsed once, not once per facet
+            return list(self._tags_read.get(facet, ()))
         values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
-        if facet == TOPIC:
-            return sorted(values)
-        order = taxonomy.FACETS_BY_NAME[facet].slugs
-        return sorted(values, key=order.index)
+        return _in_order(facet, values)
+
+    @cached_property
+    def _tags_read(self) -> dict[str, list[str]]:
+        """The aggregated ``tags_text`` as each facet's values, in order."""
+        values: dict[str, list[str]] = defaultdict(list)
+        for facet, value in self.tag_pairs():
+            values[facet].append(value)
+        return {facet: _in_order(facet, found) for facet, found in values.items()}
 
     def tag_pairs(self) -> list[tuple[str, str]]:
         """(facet, value) of every tag; works from ``selectors.work_queryset()`` carry them
@@ -149,6 +158,12 @@ class Work(models.Model):
     @property
     def topics(self) -> list[str]:
         return self.tag_values(TOPIC)
+
+
+def _in_order(facet: str, values: list[str]) -> list[str]:
+    if facet == TOPIC:
+        return sorted(values)
+    return sorted(values, key=taxonomy.FACETS_BY_NAME[facet].order.__getitem__)
 
 
 class WorkTag(models.Model):

@@ -3,6 +3,7 @@
 Every selector issues a fixed number of queries, whatever the number of works.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -61,6 +62,13 @@ def work_queryset() -> QuerySet[Work]:
     """Works as pages and the API show them: with their tags (aggregated into one column
     by a subquery, so a page of works is one query and no tag objects), without the
     search column."""
+    return _works_with_tags().all()
+
+
+@functools.cache
+def _works_with_tags() -> QuerySet[Work]:
+    """Built (and its expressions resolved) once per process, then cloned: building it
+    cost as much as the API's page query. Never evaluated itself, so it holds no rows."""
     tags = (
         WorkTag.objects.filter(work=OuterRef("pk"))
         .order_by()
