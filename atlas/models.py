@@ -5,13 +5,14 @@ are rows of ``WorkTag`` so that filtering and counting are ordinary joins and
 ``GROUP BY`` on every database, with no JSON operators that SQLite lacks.
 """
 
+import functools
 import json
 from collections import defaultdict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils.functional import cached_property
 
 from atlas import taxonomy
@@ -122,7 +123,7 @@ class Work(models.Model):
         return self.title
 
     def get_absolute_url(self) -> str:
-        return reverse("atlas:work", kwargs={"slug": self.slug})
+        return work_path(self.slug)
 
     def tag_values(self, facet: str) -> list[str]:
         """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
@@ -158,6 +159,20 @@ class Work(models.Model):
     @property
     def topics(self) -> list[str]:
         return self.tag_values(TOPIC)
+
+
+def work_path(slug: str) -> str:
+    """``reverse("atlas:work", kwargs={"slug": slug})``, resolved once: work pages differ
+    only in the slug, and a reverse per work cost more than the rest of a long list (the
+    map draws thousands)."""
+    return f"{get_script_prefix()}{_work_route()}{slug}/"
+
+
+@functools.cache
+def _work_route() -> str:
+    """The work page's path below the script prefix, without the slug: ``works/``."""
+    path = reverse("atlas:work", kwargs={"slug": "x"})
+    return path.removeprefix(get_script_prefix()).removesuffix("x/")
 
 
 def _in_order(facet: str, values: list[str]) -> list[str]:
@@ -248,7 +263,16 @@ class RelatedWork(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["work", "kind", "rank"], name="atlas_related_unique")
         ]
-        indexes = [models.Index(fields=["version"])]
+        indexes = [
+            models.Index(fields=["version"]),
+            # The map reads the mentions among works and counts them per work mentioned:
+            # a few thousand rows among the similar ones (five per work), read from this.
+            models.Index(
+                fields=["other", "work"],
+                condition=models.Q(kind="mentions"),
+                name="atlas_related_mentions",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.work_id} {self.kind} {self.other_id}"

@@ -31,6 +31,7 @@ from atlas.models import (
     Work,
     WorkAuthor,
     WorkTag,
+    work_path,
 )
 
 COMPARE_MAX = 3
@@ -146,6 +147,10 @@ def timeline_counts(*, queryset: QuerySet[Work]) -> list[TimelineBucket]:
     return [TimelineBucket(*row) for row in rows]
 
 
+# What a work shows as a point of a chart or a link in a list.
+POINT_FIELDS = ("slug", "title", "month", "month_estimated", "recurrence_family")
+
+
 @dataclass(frozen=True)
 class TimelinePoint:
     slug: str
@@ -154,11 +159,13 @@ class TimelinePoint:
     month_estimated: bool
     recurrence_family: str
 
+    def get_absolute_url(self) -> str:
+        return work_path(self.slug)
+
 
 def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
     """One point per work, oldest first (callers keep this for bounded result sets)."""
-    fields = ("slug", "title", "month", "month_estimated", "recurrence_family")
-    rows = queryset.order_by("month", "-position", "slug").values_list(*fields)
+    rows = queryset.order_by("month", "-position", "slug").values_list(*POINT_FIELDS)
     return [TimelinePoint(*row) for row in rows]
 
 
@@ -176,7 +183,8 @@ def work_related(*, work: Work) -> RelatedLists:
     links = list(
         work.related_links.order_by("kind", "rank").values_list("other_id", "kind", "reason")
     )
-    others = work_queryset().in_bulk([other for other, _, _ in links])
+    # only what a relation shows: a list can hold thousands (every work naming Ouro)
+    others = Work.objects.only(*POINT_FIELDS).in_bulk([other for other, _, _ in links])
     lists: dict[str, list[tuple[Work, dict]]] = {kind: [] for kind in RelatedWork.Kind.values}
     for other, kind, reason in links:
         lists[kind].append((others[other], reason))
@@ -199,8 +207,10 @@ def atlas_map(*, queryset: QuerySet[Work]) -> AtlasMap:
     only those that mention or are mentioned. Three queries."""
     mentions = RelatedWork.objects.filter(kind=RelatedWork.Kind.MENTIONS)
     ids = queryset.order_by().values("pk")
-    edges = list(
-        mentions.filter(work__in=ids, other__in=ids).values_list("work__slug", "other__slug")
+    edges = list(  # sorted below: unordered here (the model's order joins the works twice)
+        mentions.filter(work__in=ids, other__in=ids)
+        .order_by()
+        .values_list("work__slug", "other__slug")
     )
     counts = mentions.order_by().values("other__slug").annotate(n=Count("pk"))
     points = timeline_points(queryset=queryset)
