@@ -165,8 +165,11 @@ class TimelinePoint:
 
 def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
     """One point per work, oldest first (callers keep this for bounded result sets)."""
-    rows = queryset.order_by("month", "-position", "slug").values_list(*POINT_FIELDS)
-    return [TimelinePoint(*row) for row in rows]
+    return [TimelinePoint(*row) for row in _point_rows(queryset)]
+
+
+def _point_rows(queryset: QuerySet[Work]) -> QuerySet:
+    return queryset.order_by("month", "-position", "slug").values_list(*POINT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -213,13 +216,13 @@ def atlas_map(*, queryset: QuerySet[Work]) -> AtlasMap:
         .values_list("work__slug", "other__slug")
     )
     counts = mentions.order_by().values("other__slug").annotate(n=Count("pk"))
-    points = timeline_points(queryset=queryset)
-    total = len(points)
-    if total > MAP_MAX_POINTS:
+    rows = list(_point_rows(queryset))
+    total = len(rows)
+    if total > MAP_MAX_POINTS:  # points made only for the works drawn
         linked = {slug for edge in edges for slug in edge}
-        points = [point for point in points if point.slug in linked]
+        rows = [row for row in rows if row[0] in linked]
     return AtlasMap(
-        points=points,
+        points=[TimelinePoint(*row) for row in rows],
         edges=sorted(edges),
         mentioned={row["other__slug"]: row["n"] for row in counts},
         total=total,
