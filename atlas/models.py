@@ -8,6 +8,7 @@ are rows of ``WorkTag`` so that filtering and counting are ordinary joins and
 import functools
 import json
 from collections import defaultdict
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -36,7 +37,44 @@ class Confidence(models.TextChoices):
     LOW = "low", "Low"
 
 
-class Work(models.Model):
+class TagReads:
+    """A work's multi-valued facets; works from ``selectors.work_queryset()`` carry their
+    tags aggregated as ``tags_text`` ("facet=value ...")."""
+
+    def tag_values(self, facet: str) -> list[str]:
+        """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
+        if "tags_text" in self.__dict__:  # fixed when read: parsed once, not once per facet
+            return list(self._tags_read.get(facet, ()))
+        values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
+        return _in_order(facet, values)
+
+    @cached_property
+    def _tags_read(self) -> dict[str, list[str]]:
+        """The aggregated ``tags_text`` as each facet's values, in order."""
+        values: dict[str, list[str]] = defaultdict(list)
+        for facet, value in self.tag_pairs():
+            values[facet].append(value)
+        return {facet: _in_order(facet, found) for facet, found in values.items()}
+
+    def tag_pairs(self) -> list[tuple[str, str]]:
+        """(facet, value) of every tag, from ``tags_text``."""
+        pairs = (pair.partition("=") for pair in (self.__dict__["tags_text"] or "").split())
+        return [(facet, value) for facet, _, value in pairs]
+
+    @property
+    def modality(self) -> list[str]:
+        return self.tag_values(taxonomy.MODALITY.name)
+
+    @property
+    def contribution(self) -> list[str]:
+        return self.tag_values(taxonomy.CONTRIBUTION.name)
+
+    @property
+    def topics(self) -> list[str]:
+        return self.tag_values(TOPIC)
+
+
+class Work(TagReads, models.Model):
     position = models.PositiveIntegerField(help_text="Position in the curated list (1 = newest).")
     slug = models.SlugField(max_length=200, unique=True)
     title = models.CharField(max_length=500)
@@ -125,40 +163,20 @@ class Work(models.Model):
     def get_absolute_url(self) -> str:
         return work_path(self.slug)
 
-    def tag_values(self, facet: str) -> list[str]:
-        """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
-        if "tags_text" in self.__dict__:  # fixed when read: parsed once, not once per facet
-            return list(self._tags_read.get(facet, ()))
-        values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
-        return _in_order(facet, values)
-
-    @cached_property
-    def _tags_read(self) -> dict[str, list[str]]:
-        """The aggregated ``tags_text`` as each facet's values, in order."""
-        values: dict[str, list[str]] = defaultdict(list)
-        for facet, value in self.tag_pairs():
-            values[facet].append(value)
-        return {facet: _in_order(facet, found) for facet, found in values.items()}
-
     def tag_pairs(self) -> list[tuple[str, str]]:
-        """(facet, value) of every tag; works from ``selectors.work_queryset()`` carry them
-        aggregated as ``tags_text`` ("facet=value ..."), others read their tags."""
+        """(facet, value) of every tag: aggregated, else read from its tags."""
         if "tags_text" in self.__dict__:
-            pairs = (pair.partition("=") for pair in (self.__dict__["tags_text"] or "").split())
-            return [(facet, value) for facet, _, value in pairs]
+            return super().tag_pairs()
         return [(tag.facet, tag.value) for tag in self.tags.all()]
 
-    @property
-    def modality(self) -> list[str]:
-        return self.tag_values(taxonomy.MODALITY.name)
 
-    @property
-    def contribution(self) -> list[str]:
-        return self.tag_values(taxonomy.CONTRIBUTION.name)
+class WorkRow(TagReads):
+    """A work as ``selectors.work_rows`` reads it, with ``values()``: its columns and its
+    aggregated tags as attributes, what the serializer reads, and no model instance
+    (building fifty instances cost more than the page's queries)."""
 
-    @property
-    def topics(self) -> list[str]:
-        return self.tag_values(TOPIC)
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
 
 
 def work_path(slug: str) -> str:

@@ -84,6 +84,18 @@ def _works_with_tags() -> QuerySet[Work]:
     return Work.objects.defer("search_document").annotate(tags_text=Subquery(tags))
 
 
+def work_rows(queryset: QuerySet[Work]) -> QuerySet:
+    """``queryset`` (of ``work_queryset()``) read as values: each row a dict of the
+    work's columns and its ``tags_text``, for ``WorkRow``."""
+    return queryset.values(*_row_fields())
+
+
+@functools.cache
+def _row_fields() -> list[str]:
+    fields = [f.attname for f in Work._meta.concrete_fields if f.name != "search_document"]
+    return [*fields, "tags_text"]
+
+
 def work_filter(*, params, queryset: QuerySet[Work] | None = None) -> WorkFilter:
     return WorkFilter(params, queryset=work_queryset() if queryset is None else queryset)
 
