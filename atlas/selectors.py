@@ -90,9 +90,12 @@ def work_rows(queryset: QuerySet[Work]) -> QuerySet:
     return queryset.values(*_row_fields())
 
 
+_NOT_IN_ROWS = {"search_document", "short_names", "position"}  # no answer shows them
+
+
 @functools.cache
 def _row_fields() -> list[str]:
-    fields = [f.attname for f in Work._meta.concrete_fields if f.name != "search_document"]
+    fields = [f.attname for f in Work._meta.concrete_fields if f.name not in _NOT_IN_ROWS]
     return [*fields, "tags_text"]
 
 
