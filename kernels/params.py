@@ -65,6 +65,10 @@ BOUNDS: dict[str, Bound] = {
     "top_p": Bound(0.01, 1),
     "seed": Bound(0, 2**63 - 1),
     "top_k": Bound(0, 20),  # logit-lens width per computed loop
+    # self-speculation: draft through loops 1..d (0 = off; below the run's loops, checked
+    # per model), k tokens at a time, verified in one pass under the run's own rule
+    "speculate_loops": Bound(0, MAX_LOOPS - 1),
+    "speculate_tokens": Bound(1, 16),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"exit_rule": EXIT_RULES, "kv_policy": KV_POLICIES}
 
@@ -85,6 +89,8 @@ class RunParams:
     top_p: float = 1.0
     seed: int = 0
     top_k: int = 5
+    speculate_loops: int = 0  # draft depth d; 0 = plain decoding
+    speculate_tokens: int = 4  # draft length k
 
     def errors(self) -> dict[str, str]:
         """Each field outside its bound or choices, with the rule it breaks."""

@@ -34,6 +34,7 @@ class TokenEvent:
     loops: list[dict[str, Any]]
     work: dict[str, float]
     elapsed_s: float
+    draft: str | None = None  # self-speculation: "accepted" from the draft, or "verified"
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(asdict(self))
@@ -147,8 +148,26 @@ class RunReport:
                 "kv_policy": self.settings.policy.name,
                 "exit_rule": self.settings.rule.name,
                 "stopped": stopped,
+                "speculate": self._speculation(total, n),
             }
         )
+
+    def _speculation(self, work: WorkCount, generated: int) -> dict[str, Any] | None:
+        """A speculative run's draft depth and length, acceptance rate (accepted drafts
+        over drafts verified) and tokens per verification pass; None for plain decoding."""
+        s = self.settings
+        if not s.speculative:
+            return None
+        drafted, steps = work.drafted_tokens, work.verify_steps
+        return {
+            "draft_loops": s.draft_loops,
+            "draft_tokens": s.draft_tokens,
+            "drafted": drafted,
+            "accepted": work.accepted_tokens,
+            "verify_steps": steps,
+            "acceptance_rate": work.accepted_tokens / drafted if drafted else None,
+            "tokens_per_verify": generated / steps if steps else None,
+        }
 
     def _event(
         self, record: TokenRecord, work: WorkCount, cache: DepthKVCache | None, top_k: int
@@ -184,4 +203,5 @@ class RunReport:
             loops=loops,
             work=counters,
             elapsed_s=time.perf_counter() - self.start,
+            draft=record.draft,
         )
