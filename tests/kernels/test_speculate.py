@@ -8,6 +8,7 @@ test over many seeds on a tiny vocabulary)."""
 import itertools
 import math
 from collections import Counter
+from collections.abc import Hashable
 
 import pytest
 import torch
@@ -152,14 +153,14 @@ def test_speculative_runs_in_a_batch_beside_plain_rows_give_what_they_give_alone
     batch = ContinuousBatch(ouro_tiny, max_rows=3)
     for key, (prompt, params) in requests.items():
         batch.add(key, prompt, params)
-    events: dict[str, list[dict]] = {key: [] for key in requests}
+    events: dict[Hashable, list[dict]] = {key: [] for key in requests}
     summaries = {}
     while batch.busy:
-        for key, update in batch.step().items():
+        for done, update in batch.step().items():
             assert update.error is None
-            events[key].extend(e.to_dict() for e in update.events)
+            events[done].extend(e.to_dict() for e in update.events)
             if update.summary:
-                summaries[key] = update.summary
+                summaries[done] = update.summary
     for key, (prompt, params) in requests.items():
         # then each gives what the same request gives alone, and what plain decoding gives
         stream = generate_stream(ouro_tiny, prompt, params)
@@ -176,6 +177,7 @@ def test_speculative_runs_in_a_batch_beside_plain_rows_give_what_they_give_alone
                 tuple(e[f] for f in fields) for e in plain
             ]
         assert [e["draft"] for e in events[key]] == [e["draft"] for e in alone]
+        assert stream.summary is not None
         assert summaries[key]["speculate"] == stream.summary["speculate"]
 
 
