@@ -292,21 +292,26 @@ DRAFT_TOKENS = 4  # self-speculation's draft length k in the bench
 
 
 def run_speculation(
-    loaded: LoadedModel, load: Workload, draft_tokens: int = DRAFT_TOKENS, q: float = 0.7
+    loaded: LoadedModel,
+    load: Workload,
+    draft_tokens: int = DRAFT_TOKENS,
+    q: float = 0.7,
+    depths: tuple[int, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """Self-speculation (:mod:`kernels.speculate`) against plain decoding in the same run,
     greedy at ``q``, best-available, for every draft depth d < T: acceptance rate, tokens
     per verification, tokens/s at batch 1 (``decode_prompts`` prompts one after the
     other) and batch 8 (``batch`` requests decoded together), the ratio to plain per
     interleaved repeat (median, min, max), executed FLOPs and peak KV against plain, and
-    whether the tokens and exits are the plain run's."""
+    whether the tokens and exits are the plain run's. ``depths``: the draft depths (default
+    every d < T)."""
     prompts = token_rows(loaded, load.decode_prompts, load.decode_prompt, 7, True)
     joiners = token_rows(loaded, load.batch, load.batch_prompt, 11, True)
-    depths = [0, *range(1, loaded.config.total_ut_steps)]
+    runs = [0, *(depths or range(1, loaded.config.total_ut_steps))]  # 0: plain
     times: dict[tuple[int, str], list[float]] = {}
     seen: dict[int, dict[str, Any]] = {}
     for _ in range(load.repeats):
-        for d in depths:
+        for d in runs:
             k = draft_tokens if d else 0
             wall, work, outputs, peaks = 0.0, WorkCount(), [], []
             for prompt in prompts:
@@ -358,7 +363,7 @@ def run_speculation(
             }
     rows = []
     plain = seen[0]
-    for d in depths[1:]:
+    for d in runs[1:]:
         mine = seen[d]
         spent: WorkCount = mine["work"]
         row: dict[str, Any] = {
