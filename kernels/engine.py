@@ -201,6 +201,10 @@ class Engine(StepRunner):
         #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
         #   starts at loop 1 in the next step, whatever loop the other rows are at.
         # T is each row's own loop cap, and its own policy decides what it sees.
+        # * A speculative row (draft_loops d > 0) computes its current token and drafts at
+        #   cap d; its round's slots and loop-store entries are then cut back to where the
+        #   round began, and verification rewrites them: it commits, in position order,
+        #   exactly the entries decoding the accepted tokens one by one would have left.
         while (stepped := decoder.step()) is not None:
             for done, record in stepped:
                 yield record
