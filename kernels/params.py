@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Self
 
 EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
-KV_POLICIES = ("best-available", "select", "recompute-kv")
+KV_POLICIES = ("best-available", "select", "recompute-kv", "exit-kv", "first-loop-kv")
+# a position's K/V exists only once it has exited: verification cannot batch positions
+SEQUENTIAL_POLICIES = ("exit-kv",)
 MAX_LOOPS = 32  # any T a model may run at (2 × its trained T is checked per model)
 
 
@@ -84,7 +86,7 @@ class RunParams:
     fixed_loops: int | None = None  # fixed: exit after this many loops
     act_eps: float = 0.01  # act: exit once the gates sum to 1 - act_eps
     loops: int | None = None  # T at inference; None = the checkpoint's total_ut_steps
-    kv_policy: str = "best-available"  # "best-available" | "select" | "recompute-kv"
+    kv_policy: str = "best-available"  # one of KV_POLICIES
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int = 0
@@ -102,6 +104,10 @@ class RunParams:
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
                 errors[name] = f"must be one of {', '.join(choices)}"
+        if self.speculate_loops and self.kv_policy in SEQUENTIAL_POLICIES:
+            errors["speculate_loops"] = (
+                f"must be 0 under {self.kv_policy}, whose positions run one at a time"
+            )
         if self.exit_rule == "fixed" and self.fixed_loops is None:
             errors["fixed_loops"] = "the fixed exit rule needs fixed_loops"
         return errors

@@ -67,7 +67,7 @@ def assert_same_cache(got, want):
 
 
 @pytest.mark.parametrize("rule", list(RULES))
-@pytest.mark.parametrize("policy", ["best-available", "recompute-kv", "select"])
+@pytest.mark.parametrize("policy", ["best-available", "recompute-kv", "select", "first-loop-kv"])
 def test_greedy_speculation_gives_the_plain_runs_tokens_exits_and_cache(ouro_tiny, rule, policy):
     # given the plain run
     model = ouro_tiny.model
@@ -202,6 +202,10 @@ def test_the_streams_marks_add_up_and_the_acceptance_rate_is_their_count(ouro_ti
 def test_a_draft_depth_must_lie_below_the_runs_loops(ouro_tiny):
     with pytest.raises(ValueError, match="speculate_loops"):
         generate_stream(ouro_tiny, "x", GenerationParams(speculate_loops=4))
+    with pytest.raises(ValueError, match="speculate_loops must be 0 under exit-kv"):
+        GenerationParams(speculate_loops=1, kv_policy="exit-kv").validate()
+    with pytest.raises(ValueError, match="cannot speculate"):
+        Engine(ouro_tiny.model, QExit(0.6), "exit-kv", draft_loops=1, draft_tokens=2)
     with pytest.raises(ValueError, match="speculate_tokens"):
         GenerationParams(speculate_loops=1, speculate_tokens=17).validate()
 
