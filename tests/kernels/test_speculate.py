@@ -282,3 +282,32 @@ def test_a_sampled_speculative_run_replays_from_its_seed(ouro_tiny):
     assert [(e["token_id"], e["draft"]) for e in first] == [
         (e["token_id"], e["draft"]) for e in again
     ]
+
+
+def test_a_speculative_run_cancelled_mid_draft_leaves_nothing_behind(ouro_tiny):
+    # given a speculative run beside a plain one, and a request waiting for a row
+    requests = {
+        "spec": ("import os", GenerationParams(max_new_tokens=12, q=0.6, speculate_loops=3)),
+        "plain": ("def f(x):", GenerationParams(max_new_tokens=8, q=0.6)),
+        "next": ("class A:", GenerationParams(max_new_tokens=6, q=0.6)),
+    }
+    batch = ContinuousBatch(ouro_tiny, max_rows=2)
+    for key in ("spec", "plain"):
+        batch.add(key, *requests[key])
+    events: dict[Hashable, list[dict]] = {key: [] for key in requests}
+    cancelled = False
+    while batch.busy:
+        for done, update in batch.step().items():
+            events[done].extend(e.to_dict() for e in update.events)
+        if not cancelled and batch.decoder.rounds:  # the speculative run is drafting
+            batch.cancel("spec")
+            batch.add("next", *requests["next"])  # it takes the row the drafts were in
+            cancelled = True
+    # then the others give what they give alone: the drafts' entries never reach them
+    assert cancelled and not batch.decoder.rounds and not batch.decoder.marks
+    for key in ("plain", "next"):
+        alone = [e.to_dict() for e in generate_stream(ouro_tiny, *requests[key])]
+        fields = ("position", "token_id", "exit_loop", "loops_computed")
+        assert [tuple(e[f] for f in fields) for e in events[key]] == [
+            tuple(e[f] for f in fields) for e in alone
+        ]
