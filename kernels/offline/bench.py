@@ -305,8 +305,10 @@ def run_speculation(
     interleaved repeat (median, min, max), executed FLOPs and peak KV against plain, and
     whether the tokens and exits are the plain run's. ``depths``: the draft depths (default
     every d < T)."""
-    prompts = token_rows(loaded, load.decode_prompts, load.decode_prompt, 7, True)
-    joiners = token_rows(loaded, load.batch, load.batch_prompt, 11, True)
+    # text where the vocabulary holds bytes (greedy decoding of random ids soon repeats)
+    text = loaded.config.vocab_size >= 256
+    prompts = token_rows(loaded, load.decode_prompts, load.decode_prompt, 7, text)
+    joiners = token_rows(loaded, load.batch, load.batch_prompt, 11, text)
     runs = [0, *(depths or range(1, loaded.config.total_ut_steps))]  # 0: plain
     times: dict[tuple[int, str], list[float]] = {}
     seen: dict[int, dict[str, Any]] = {}
