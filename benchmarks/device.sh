@@ -29,5 +29,5 @@ done
 # training tests' tokenizers and transformers (which a bare GPU machine lacks)
 timeout 180 "$PYTHON" -m pytest -m gpu -q -p no:cacheprovider -p no:django \
     --confcutdir tests/kernels tests/kernels/test_engine.py tests/kernels/test_gpu.py
-timeout 300 "$PYTHON" -m kernels.offline.device_bench --device "$device" --preset "$preset" \
+timeout 360 "$PYTHON" -m kernels.offline.device_bench --device "$device" --preset "$preset" \
     --json "$json" "${dtype[@]}" "${quick[@]}"

@@ -189,6 +189,8 @@ class ContinuousBatch:
             eos_token_id=self.eos,
             seed=params.seed,
             lens=params.top_k,
+            draft_loops=params.speculate_loops,
+            draft_tokens=params.speculate_tokens if params.speculate_loops else 0,
         )
         return BatchRun(key, prompt, params, settings, params.sampler())
 
@@ -318,6 +320,8 @@ class ContinuousBatch:
                     stopped = "eos" if done.token == self.eos else "max_new_tokens"
                     self._leave(done.key, stopped, updates, row=done.row)
                     continue
+                if done.mark is not None:  # speculative: its next token is chosen
+                    continue
                 self.decoder.hold(done.row, run.sampler(self.decoder.logits(done.row), 0))
         self.decoder.start_held()
         return updates
@@ -340,7 +344,7 @@ class ContinuousBatch:
         cache.load_row(row, prefill.cache, extra=params.max_new_tokens, source_row=mine)
         self.decoding.works[row] = WorkCount()
         token = run.sampler(prefill.logits[mine, len(run.prompt) - 1], 0)
-        self.decoder.start([(row, run.key, run.settings, token)])
+        self.decoder.start([(row, run.key, run.settings, token)], samplers=[(run.sampler, 0)])
 
     @contextmanager
     def _alone(self, key: Hashable, updates: dict[Hashable, RunUpdate]) -> Iterator[None]:

@@ -134,6 +134,17 @@ class LoopStore:
         for b in rows:
             self.lens[b] += 1
 
+    def extend(self, b: int, k: Tensor, v: Tensor) -> None:
+        """Entries appended to row b, in order: k, v (L, n, nkv, d)."""
+        n = k.shape[1]
+        self.reserve([c + n if r == b else c for r, c in enumerate(self.lens)])
+        start = self.offsets[b] + self.lens[b]
+        for layer in range(self.cache.n_layers):
+            self.cache._check(k[layer], v[layer], (n,))
+            self.k[layer][start : start + n] = k[layer]
+            self.v[layer][start : start + n] = v[layer]
+        self.lens[b] += n
+
     def set_row(
         self, b: int, k: Tensor | list[Tensor], v: Tensor | list[Tensor], extra: int = 0
     ) -> None:
@@ -233,6 +244,22 @@ class DepthKVCache:
         assert 1 <= loop <= self.n_loops, f"exit loop {loop} outside 1..{self.n_loops}"
         self.exit_loop[row, position] = loop
         self.e_len[row] = position + 1
+
+    def truncate(self, row: int, length: int, loop_lens: list[int]) -> None:
+        """Row ``row`` back to its first ``length`` positions and, in each loop store, its
+        first ``loop_lens[t - 1]`` entries (what :meth:`loop_lens` said then): what was
+        written after (a speculative draft's K/V) is never read again."""
+        assert length <= self.e_len[row], f"row {row} holds {self.e_len[row]} positions"
+        self.exit_loop[row, length:] = 0
+        self.e_len[row] = length
+        for store, n in zip(self.loops, loop_lens, strict=True):
+            if store is not None:
+                assert n <= store.lens[row], "a truncation only drops entries"
+                store.lens[row] = n
+
+    def loop_lens(self, row: int) -> list[int]:
+        """Row ``row``'s entries in each loop store (t = 1 … T−1), 0 where there is none."""
+        return [store.lens[row] if store is not None else 0 for store in self.loops]
 
     def keep_loop(self, t: int, kept: Tensor, start: int = 0) -> None:
         """Add loop t's K/V of the ``kept`` (B, W) positions [start, start + W) (read from

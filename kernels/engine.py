@@ -28,6 +28,7 @@ from kernels.runner import (
     StepRunner,
     TokenState,
     Trace,
+    Verified,
 )
 from kernels.sampling import Sampler
 from kernels.scheduler import Done, PrefillSchedule, RowSettings, Scheduler
@@ -49,6 +50,7 @@ class TokenRecord:
     cumulative: list[float] = field(default_factory=list)
     kl: list[float | None] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)  # lens per loop
+    draft: str | None = None  # self-speculation: "accepted" from the draft, or "verified"
 
 
 class Engine(StepRunner):
@@ -63,6 +65,8 @@ class Engine(StepRunner):
         top_k: width of the per-loop logit lens recorded in traces.
         trace: record gate values per loop (default: when ``top_k`` > 0).
         seed: the request's seed, which exit rules see (for reproducible random draws).
+        draft_loops, draft_tokens: self-speculation's draft depth d and length k
+            (:mod:`kernels.speculate`; d = 0: plain decoding).
     """
 
     def __init__(
@@ -75,11 +79,22 @@ class Engine(StepRunner):
         top_k: int = 0,
         trace: bool | None = None,
         seed: int = 0,
+        draft_loops: int = 0,
+        draft_tokens: int = 0,
     ) -> None:
         super().__init__(model, loops=loops, top_k=top_k, trace=trace)
         self.rule, self.policy, self.seed = rule or QExit(1.0), kv_policy(policy), seed
+        if draft_loops and self.policy.sequential:
+            raise ValueError(f"{policy} runs positions one at a time: it cannot speculate")
         self.settings = RowSettings(
-            self.rule, self.policy, self.n_loops, max_new_tokens=0, seed=seed, lens=top_k
+            self.rule,
+            self.policy,
+            self.n_loops,
+            max_new_tokens=0,
+            seed=seed,
+            lens=top_k,
+            draft_loops=draft_loops,
+            draft_tokens=draft_tokens,
         )
 
     def prefill_state(
@@ -167,7 +182,10 @@ class Engine(StepRunner):
         decoder = Decoder(self, decoding, Scheduler(b))
         last = torch.tensor([n - 1 for n in prefill.lengths], device=self.device)
         first = prefill.logits[torch.arange(b, device=self.device), last]  # (B, V)
-        decoder.start([(row, row, settings, sampler(first[row], row)) for row in range(b)])
+        decoder.start(
+            [(row, row, settings, sampler(first[row], row)) for row in range(b)],
+            samplers=[(sampler, row) for row in range(b)],
+        )
 
         # The invariant of this loop, at every step, for every row r still running:
         #
@@ -191,10 +209,14 @@ class Engine(StepRunner):
         #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
         #   starts at loop 1 in the next step, whatever loop the other rows are at.
         # T is each row's own loop cap, and its own policy decides what it sees.
+        # * A speculative row (draft_loops d > 0) computes its current token and drafts at
+        #   cap d; its round's slots and loop-store entries are then cut back to where the
+        #   round began, and verification rewrites them: it commits, in position order,
+        #   exactly the entries decoding the accepted tokens one by one would have left.
         while (stepped := decoder.step()) is not None:
             for done, record in stepped:
                 yield record
-                if not done.finished:  # this decode's keys are its rows
+                if not done.finished and done.mark is None:  # this decode's keys are its rows
                     decoder.hold(done.row, sampler(decoder.logits(done.row), cast(int, done.key)))
             decoder.start_held()
 
@@ -211,6 +233,21 @@ class Engine(StepRunner):
             decoding.trace,
             [d.row for d in done],
             [d.loops_computed for d in done],
+            [d.mark for d in done],
+        )
+
+    def verified_records(self, verified: Verified, done: list[Done]) -> list[TokenRecord]:
+        """The records of a verification's positions that stopped (the first len(done))."""
+        return self._records(
+            [cast(int, d.key) for d in done],
+            [d.position for d in done],
+            [d.token for d in done],
+            "generated",
+            verified.state,
+            verified.trace,
+            list(range(len(done))),
+            [d.loops_computed for d in done],
+            [d.mark for d in done],
         )
 
     def _records(
@@ -223,6 +260,7 @@ class Engine(StepRunner):
         trace: Trace | None,
         slots: list[int],
         computed: list[int],
+        marks: list[str | None] | None = None,
     ) -> list[TokenRecord]:
         if not slots:
             return []
@@ -239,6 +277,7 @@ class Engine(StepRunner):
                 token_id=token_ids[i],
                 phase=phase,
                 loops_computed=computed[i],
+                draft=marks[i] if marks else None,
                 **loops[i],
             )
             for i in range(len(slots))

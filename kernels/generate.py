@@ -60,6 +60,8 @@ def request_engine(
         top_k=params.top_k,
         trace=True,
         seed=params.seed,
+        draft_loops=params.speculate_loops,
+        draft_tokens=params.speculate_tokens if params.speculate_loops else 0,
     )
 
 

@@ -16,6 +16,8 @@ from typing import Self
 
 EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
 KV_POLICIES = ("best-available", "select", "recompute-kv", "exit-kv", "first-loop-kv")
+# a position's K/V exists only once it has exited: verification cannot batch positions
+SEQUENTIAL_POLICIES = ("exit-kv",)
 MAX_LOOPS = 32  # any T a model may run at (2 × its trained T is checked per model)
 
 
@@ -65,6 +67,10 @@ BOUNDS: dict[str, Bound] = {
     "top_p": Bound(0.01, 1),
     "seed": Bound(0, 2**63 - 1),
     "top_k": Bound(0, 20),  # logit-lens width per computed loop
+    # self-speculation: draft through loops 1..d (0 = off; below the run's loops, checked
+    # per model), k tokens at a time, verified in one pass under the run's own rule
+    "speculate_loops": Bound(0, MAX_LOOPS - 1),
+    "speculate_tokens": Bound(1, 16),
 }
 CHOICES: dict[str, tuple[str, ...]] = {"exit_rule": EXIT_RULES, "kv_policy": KV_POLICIES}
 
@@ -85,6 +91,8 @@ class RunParams:
     top_p: float = 1.0
     seed: int = 0
     top_k: int = 5
+    speculate_loops: int = 0  # draft depth d; 0 = plain decoding
+    speculate_tokens: int = 4  # draft length k
 
     def errors(self) -> dict[str, str]:
         """Each field outside its bound or choices, with the rule it breaks."""
@@ -96,6 +104,10 @@ class RunParams:
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
                 errors[name] = f"must be one of {', '.join(choices)}"
+        if self.speculate_loops and self.kv_policy in SEQUENTIAL_POLICIES:
+            errors["speculate_loops"] = (
+                f"must be 0 under {self.kv_policy}, whose positions run one at a time"
+            )
         if self.exit_rule == "fixed" and self.fixed_loops is None:
             errors["fixed_loops"] = "the fixed exit rule needs fixed_loops"
         return errors

@@ -37,6 +37,7 @@ class TokenEvent:
     elapsed_s: float
     # the oracle exit (``kernels.settling``) where every loop to the cap ran with a lens
     settling_loop: int | None = None
+    draft: str | None = None  # self-speculation: "accepted" from the draft, or "verified"
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(asdict(self))
@@ -150,8 +151,26 @@ class RunReport:
                 "kv_policy": self.settings.policy.name,
                 "exit_rule": self.settings.rule.name,
                 "stopped": stopped,
+                "speculate": self._speculation(total, n),
             }
         )
+
+    def _speculation(self, work: WorkCount, generated: int) -> dict[str, Any] | None:
+        """A speculative run's draft depth and length, acceptance rate (accepted drafts
+        over drafts verified) and tokens per verification pass; None for plain decoding."""
+        s = self.settings
+        if not s.speculative:
+            return None
+        drafted, steps = work.drafted_tokens, work.verify_steps
+        return {
+            "draft_loops": s.draft_loops,
+            "draft_tokens": s.draft_tokens,
+            "drafted": drafted,
+            "accepted": work.accepted_tokens,
+            "verify_steps": steps,
+            "acceptance_rate": work.accepted_tokens / drafted if drafted else None,
+            "tokens_per_verify": generated / steps if steps else None,
+        }
 
     def _event(
         self, record: TokenRecord, work: WorkCount, cache: DepthKVCache | None, top_k: int
@@ -188,6 +207,7 @@ class RunReport:
             work=counters,
             elapsed_s=time.perf_counter() - self.start,
             settling_loop=self._settling(record, top_k),
+            draft=record.draft,
         )
 
     def _settling(self, record: TokenRecord, top_k: int) -> int | None:

@@ -55,6 +55,11 @@ def encode_request(
         raise ValueError(f"prompt token ids must lie in [0, {loaded.config.vocab_size})")
     if not prompt:
         raise ValueError("the prompt encodes to no tokens")
+    loops = params.loops or loaded.config.total_ut_steps
+    if params.speculate_loops >= loops:
+        raise ValueError(
+            f"speculate_loops must be below the run's {loops} loops, got {params.speculate_loops}"
+        )
     limit = loaded.config.max_position_embeddings
     if len(prompt) + params.max_new_tokens > limit:
         raise ValueError(

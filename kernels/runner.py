@@ -327,6 +327,24 @@ class PrefillResult:
         return self.cache
 
 
+@dataclass
+class Verified:
+    """A speculative row's verification: its tokens at positions [start, start + W)."""
+
+    row: int
+    start: int
+    state: TokenState  # (W, …): each position's output logits at its exit loop
+    trace: Trace | None  # (T, W, …)
+    computed: list[int]  # loops each position computed
+    kept: list[tuple[int, list[int], Tensor, Tensor]]  # loop t, positions (into W), K, V
+    # (L, M, nkv, d): the loop-t K/V of the positions that went on past t
+
+    @property
+    def logits(self) -> Tensor:
+        """(W, V): position i's logits predict the token at i + 1."""
+        return self.state.out_logits
+
+
 class StepRunner:
     """Runs a :class:`LoopedLM`'s loops for the tokens a step names, with per-token exits
     and real skipping. One runner serves every request of a model: each request's exit
@@ -736,9 +754,11 @@ class StepRunner:
         rows: list[int],
         tokens: list[int],
         settings: list[RowSettings],
+        baseline: bool = True,
     ) -> None:
         """Each row's next token starts at loop 1 (state and trace of its slot reset); a
-        step's starts are written together, one op per tensor."""
+        step's starts are written together, one op per tensor. ``baseline``: count each
+        token's full-depth work (a speculative draft counts it only once it is accepted)."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)  # (N,)
         decoding.state.reset(index)
         decoding.state.seed[index] = torch.tensor(
@@ -749,6 +769,8 @@ class StepRunner:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         decoding.x[index] = self.body.embed_tokens.weight[ids]  # (N, H)
         for row, s in zip(rows, settings, strict=True):
+            if not baseline:
+                break
             work, position = decoding.works[row], decoding.cache.e_len[row]
             self.flops.count_full(work, 1, position + 1, s.n_loops, self.full_heads(s.n_loops))
 
@@ -914,6 +936,94 @@ class StepRunner:
             else:
                 sel = torch.tensor(group, device=self.device)
                 cache.loop(t).append(rows, k[:, sel], v[:, sel])
+
+    # -- speculative verification -------------------------------------------------------
+    @torch.no_grad()
+    def verify(
+        self, decoding: DecodeState, row: int, tokens: list[int], settings: RowSettings
+    ) -> Verified:
+        """Row ``row``'s tokens at positions e_len[row] … in one chunked pass, loop by loop
+        under the row's own rule, policy and cap, with real skipping, as a prefill chunk
+        runs after earlier ones (:meth:`run_prefill_step`): in loop t a token sees earlier
+        positions as a decode step does, and the chunk's own tokens causally at what they
+        hold at t. It writes their terminal slots (scratch past e_len) and nothing else;
+        :meth:`commit_verified` then commits the accepted prefix.
+
+        Host syncs: one read per loop (the stops and the exits to report)."""
+        cache, body = decoding.cache, self.body
+        start, w, cap = cache.e_len[row], len(tokens), settings.n_loops
+        assert start + w <= cache.capacity, f"row {row}: {start + w} positions, {cache.capacity}"
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)  # (W,)
+        x = body.embed_tokens.weight[ids]  # (W, H)
+        cos, sin = body.rotary_emb(torch.arange(start, start + w, device=self.device), self.dtype)
+        rule, policy = settings.rule, settings.policy
+        state = TokenState.create(
+            w, self.config.vocab_size, self.dtype, self.device, rule.needs_logits, settings.seed
+        )
+        trace = Trace.empty(self.n_loops, w, self.top_k, self.device) if self.tracing else None
+        rows_of = PrefillRows.of([settings] * cache.batch, self.device)
+        work, active = decoding.works[row], list(range(w))
+        computed, kept = [0] * w, []
+        for t in range(1, cap + 1):
+            if not active:
+                break
+            local = torch.tensor(active, device=self.device)  # (N,) into W
+            cols, rows = local + start, torch.full_like(local, row)
+            writes = policy.writes_at(t)  # first-loop-kv: loop 1 only
+            writing = None if writes else local[:0]
+            step = ChunkStep(start, start + w, t)
+            attend = self._chunk_attend(cache, step, rows, cols, rows_of, writing)
+            h = self._run_layers(x[local], cos[local], sin[local], attend)  # (N, H)
+            self.flops.count_loops(
+                work, len(active), float(sum(active)) + len(active) * (start + 1)
+            )
+            rules = LoopRules(torch.full_like(local, cap), [(rule, policy, None)], settings.lens)
+            stop, report = self._finish_loop(t, local, cols, h, state, trace, work, rules)
+            stops, heads = torch.stack([stop, stop if report is None else report]).tolist()
+            if report is not None and any(heads):
+                chosen = torch.tensor([i for i, c in enumerate(heads) if c], device=self.device)
+                self._report_heads(state, local, t, h, chosen, work)
+            x[local] = h
+            freezing = policy.frozen_terminal and t < cap
+            moving = [i for i, stopped in enumerate(stops) if freezing or not stopped]
+            if (
+                moving and t < cache.n_loops and policy.loop_stores
+            ):  # loop-t K/V a later position may read in C[t]
+                sel = torch.tensor(moving, device=self.device)
+                k, v = cache.e_k[:, row, cols[sel]], cache.e_v[:, row, cols[sel]]  # (L, M, nkv, d)
+                cache.note_scratch(2 * k.numel() * k.element_size())
+                kept.append((t, [active[i] for i in moving], k, v))
+            frozen = [i for i, stopped in enumerate(stops) if stopped and freezing]
+            if frozen:
+                sel = torch.tensor(frozen, device=self.device)
+                mine = local[sel]
+                for layer, (k, v) in enumerate(self._frozen_kv(h[sel], cos[mine], sin[mine], work)):
+                    cache.write_terminal(layer, rows[sel], cols[sel], k, v)
+            for i in active:
+                computed[i] += 1
+            active = [i for i, stopped in zip(active, stops, strict=True) if not stopped]
+        work.verify_steps += 1
+        return Verified(row, start, state, trace, computed, kept)
+
+    def commit_verified(
+        self, decoding: DecodeState, verified: Verified, n: int, settings: RowSettings
+    ) -> None:
+        """The first ``n`` verified positions are the row's: their exit loops, and their
+        loop-t K/V into the loop stores in position order, as decoding them one by one
+        would have left them (their terminal entries are in place); the rest is dropped."""
+        cache, row = decoding.cache, verified.row
+        for position, loops in enumerate(verified.computed[:n], verified.start):
+            assert cache.e_len[row] == position, "verified positions commit in order"
+            cache.commit_token(row, loops)
+        for t, index, k, v in verified.kept:
+            mine = [j for j, i in enumerate(index) if i < n]
+            if mine:
+                sel = torch.tensor(mine, device=self.device)
+                cache.loop(t).extend(row, k[:, sel], v[:, sel])
+        work = decoding.works[row]
+        for position in range(verified.start + 1, verified.start + n):  # accepted drafts
+            cap = settings.n_loops
+            self.flops.count_full(work, 1, position + 1, cap, self.full_heads(cap))
 
 
 def _write_active(

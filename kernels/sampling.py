@@ -34,11 +34,17 @@ class Sampler:
 
     def __call__(self, logits: Tensor, row: int = 0) -> int:
         """logits (V,) of one sequence -> a token id."""
+        probs = self.distribution(logits)
+        return greedy(logits) if probs is None else self.draw(probs, row)
+
+    def distribution(self, logits: Tensor) -> Tensor | None:
+        """logits (V,) -> the (V,) float64 CPU distribution a draw samples from (after
+        temperature and top-p), or None where the draw is the greedy token."""
         if self.temperature == 0.0:
-            return greedy(logits)
+            return None
         probs = torch.softmax(logits.detach().to("cpu", torch.float64) / self.temperature, -1)
         if not bool(probs.isfinite().all()):  # NaN or +inf logits, or every one -inf
-            return greedy(logits)
+            return None
         if self.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
             before = sorted_probs.cumsum(-1) - sorted_probs  # mass ranked above each token
@@ -46,7 +52,15 @@ class Sampler:
             outside[0] = False  # the top token always stays, however small top_p is
             sorted_probs[outside] = 0.0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        return probs
+
+    def draw(self, probs: Tensor, row: int = 0) -> int:
+        """A token from ``probs`` (V,) (any non-negative weights), by ``row``'s generator."""
         return int(torch.multinomial(probs, 1, generator=self._generator(row)))
+
+    def uniform(self, row: int = 0) -> float:
+        """A uniform draw in [0, 1) from ``row``'s generator (speculative acceptance)."""
+        return float(torch.rand((), dtype=torch.float64, generator=self._generator(row)))
 
 
 def greedy(logits: Tensor) -> int:

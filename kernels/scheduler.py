@@ -38,6 +38,12 @@ class RowSettings:
     eos_token_id: int | None = None
     seed: int = 0  # what exit rules see (reproducible per-token draws)
     lens: int = 0  # logit-lens width it asks for, per computed loop (at most the trace's)
+    draft_loops: int = 0  # self-speculation's draft depth d (0: plain decoding)
+    draft_tokens: int = 0  # its draft length k
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_loops > 0 and self.draft_tokens > 0
 
 
 @dataclass
@@ -100,6 +106,9 @@ class Done:
     token: int
     loops_computed: int
     finished: bool  # the request has no token to come (budget spent or end token)
+    # self-speculation: "accepted" (a draft the verification agreed with) or "verified"
+    # (chosen from verified logits); None for plain decoding, whose caller samples next
+    mark: str | None = None
 
 
 class Scheduler:
@@ -171,6 +180,27 @@ class Scheduler:
                 self.rows[r] = None
             else:
                 row.waiting = True
+        return done
+
+    def settle(
+        self, row: int, tokens: list[int], computed: list[int], marks: list[str]
+    ) -> list[Done]:
+        """A verification's outcome: ``row``'s current token and the drafts accepted after
+        it, each with the loops it computed, stop in order (up to the first that finishes
+        the request); then the row waits for its next token, or is free."""
+        state = self.rows[row]
+        assert state is not None, f"row {row} serves no request"
+        s, done = state.settings, []
+        for i, (token, n, mark) in enumerate(zip(tokens, computed, marks, strict=True)):
+            if i:
+                state.token, state.position = token, state.position + 1
+                state.generated += 1
+            finished = state.generated >= s.max_new_tokens or token == s.eos_token_id
+            done.append(Done(row, state.key, state.position, token, n, finished, mark))
+            if finished:
+                self.rows[row] = None
+                return done
+        state.computed, state.waiting = computed[-1], True
         return done
 
     def next_token(self, row: int, token: int) -> None:

@@ -21,6 +21,10 @@ class WorkCount:
     head_tokens: int = 0  # LM-head applications (exit logits, convergence, logit lens)
     flops_executed: float = 0.0
     flops_full: float = 0.0
+    # self-speculation: drafted tokens verified, of them accepted, verification passes
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     @property
     def executed_fraction(self) -> float:

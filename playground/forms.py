@@ -48,6 +48,8 @@ def model_initial(model: ModelInfo) -> dict[str, Any]:
         "extrapolate": False,
         "kv_policy": DEFAULTS.kv_policy,
         "max_new_tokens": DEFAULTS.max_new_tokens,
+        "speculate_loops": DEFAULTS.speculate_loops,
+        "speculate_tokens": DEFAULTS.speculate_tokens,
         "decoding": "greedy",
         "seed": DEFAULTS.seed,
         **SAMPLING_INITIAL,
@@ -143,6 +145,17 @@ class RunForm(forms.Form):
         label="KV of exited tokens", choices=_choices("kv_policy"), initial=DEFAULTS.kv_policy
     )
     max_new_tokens = _bounded(forms.IntegerField, "max_new_tokens", label="Max new tokens")
+    speculate_loops = _bounded(
+        forms.IntegerField,
+        "speculate_loops",
+        label="Speculate: draft loops d",
+        required=False,
+        help_text="0 = off. Draft tokens through the first d loops, then verify them in one "
+        "pass at the run's own depth: the same tokens, sooner.",
+    )
+    speculate_tokens = _bounded(
+        forms.IntegerField, "speculate_tokens", label="Speculate: draft tokens k", required=False
+    )
     decoding = forms.ChoiceField(
         choices=[("greedy", "Greedy"), ("sample", "Sample")],
         initial="greedy",
@@ -226,6 +239,8 @@ class RunForm(forms.Form):
             "extrapolate": data["extrapolate"],
             "kv_policy": data["kv_policy"],
             "max_new_tokens": data["max_new_tokens"],
+            "speculate_loops": _or_default(data, "speculate_loops"),
+            "speculate_tokens": _or_default(data, "speculate_tokens"),
             "temperature": data["temperature"] if sample else 0.0,
             "top_p": data["top_p"] if sample else 1.0,
             "seed": data["seed"],

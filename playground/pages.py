@@ -11,7 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from playground import charts
+from playground import charts, selectors
 from playground.calibration import calibration_display, run_calibration, token_settling
 from playground.checkpoints import default_model_name, model_get
 from playground.explain import AnswerMark, answer_marks, token_reasons
@@ -36,6 +36,7 @@ class RunView:
     loops: int
     trained_loops: int | None
     tokens: list[dict[str, Any]] = field(default_factory=list)
+    plain_tokens_per_s: float | None = None  # the same prompt's plain run (speculative runs)
 
     @property
     def id(self) -> str:
@@ -119,6 +120,11 @@ class RunView:
             )
         else:
             parts.append("greedy")
+        if params.get("speculate_loops"):
+            parts.append(
+                f"speculative: draft {params['speculate_loops']} loops × "
+                f"{params.get('speculate_tokens')} tokens"
+            )
         parts.append(f"≤ {params.get('max_new_tokens')} new tokens")
         return ", ".join(parts)
 
@@ -148,7 +154,11 @@ def run_view(*, run: Run, tokens: list[RunToken]) -> RunView:
         model = model_get(name=run.model)
         loops = model.loops if model and model.loops else 1
     loops = max([loops, *(token.loops_computed for token in tokens)])
-    return RunView(run, loops, run.trained_loops, [token.data for token in tokens])
+    plain = None
+    if run.params.get("speculate_loops") and run.stats:
+        twin = selectors.run_plain_twin(run=run)
+        plain = twin.stats.get("tokens_per_s") if twin is not None else None
+    return RunView(run, loops, run.trained_loops, [token.data for token in tokens], plain)
 
 
 def run_context(view: RunView | None) -> dict[str, Any]:
@@ -202,6 +212,7 @@ def token_cell(
         "mark": mark,
         "position": event["position"],
         "phase": event["phase"],
+        "draft": event.get("draft"),
         "text": event["text"],
         "exit_loop": event["exit_loop"],
         "shade": shades[event["exit_loop"] - 1],
@@ -250,7 +261,29 @@ def stats_display(view: RunView) -> dict[str, str]:
         "peak_kv": byte_size(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
         "calibration": calibration_display(run_calibration(tokens, view.loops)),
     }
-    return display
+    return display | speculation_display(stats, view.plain_tokens_per_s)
+
+
+def speculation_display(stats: dict[str, Any], plain_tokens_per_s: float | None) -> dict[str, str]:
+    """A speculative run's acceptance rate, tokens per verification pass, and its tokens/s
+    over the same prompt's plain run (when one has finished); nothing for a plain run."""
+    spec = stats.get("speculate")
+    if not spec:
+        return {}
+    own = stats.get("tokens_per_s")
+    return {
+        "acceptance": (
+            f"{100 * spec['acceptance_rate']:.0f}% of {spec['drafted']} drafted tokens"
+            if spec.get("acceptance_rate") is not None
+            else "—"
+        ),
+        "tokens_per_verify": _number(spec.get("tokens_per_verify"), "{:.2f}"),
+        "speedup": (
+            f"{own / plain_tokens_per_s:.2f}× the plain run's {plain_tokens_per_s:.1f} tokens/s"
+            if own and plain_tokens_per_s
+            else "— (no plain run of this prompt yet)"
+        ),
+    }
 
 
 def _number(value: float | None, template: str) -> str:

@@ -93,6 +93,29 @@ def run_is_stale(*, run: Run, now=None) -> bool:
     return False
 
 
+SPECULATION = ("speculate_loops", "speculate_tokens")
+
+
+def run_plain_twin(*, run: Run) -> Run | None:
+    """The latest finished run of ``run``'s model, prompt and settings decoded without
+    self-speculation (what a speculative run's speed-up is measured against)."""
+    settings = {k: v for k, v in run.params.items() if k not in SPECULATION}
+    candidates = (
+        Run.objects.filter(model=run.model, prompt=run.prompt, status=Run.Status.DONE)
+        .exclude(pk=run.pk)
+        .order_by("-created_at")[:20]
+    )
+    return next(
+        (
+            other
+            for other in candidates
+            if not other.params.get("speculate_loops")
+            and {k: v for k, v in other.params.items() if k not in SPECULATION} == settings
+        ),
+        None,
+    )
+
+
 def run_tokens(*, run: Run, after: int = -1) -> QuerySet[RunToken]:
     """The run's token records after position ``after``, in position order."""
     return RunToken.objects.filter(run=run, position__gt=after).order_by("position")

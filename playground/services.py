@@ -140,6 +140,13 @@ def run_params_clean(
                 f"{count} tokens + max_new_tokens {max_new_tokens} exceed the "
                 f"{info.max_positions} positions of {name}",
             )
+        runs_at = loops or trained
+        if params.speculate_loops and runs_at is not None:
+            check(
+                "speculate_loops",
+                params.speculate_loops < runs_at,
+                f"must be below the run's {runs_at} loops (the draft is the first loops)",
+            )
         if params.fixed_loops is not None and info.max_loops is not None:
             check("fixed_loops", params.fixed_loops <= info.max_loops, f"at most {info.max_loops}")
     if errors:

@@ -38,6 +38,11 @@ PRESETS: dict[str, tuple[str, list[dict[str, Any]]]] = {
         "one K/V plane per position: exit loop's / loop 1's (Ouro's last- / first-step-only)",
         [{"kv_policy": policy} for policy in ("exit-kv", "first-loop-kv")],
     ),
+    # free-running shows the speed: the same tokens (greedy), drafted through 1 or 2 loops
+    "speculation": (
+        "plain vs speculative (draft 1 / 2 loops)",
+        [{"speculate_loops": d} for d in (0, 1, 2)],
+    ),
 }
 PARAM_NAMES = frozenset(field.name for field in fields(RunParams))
 

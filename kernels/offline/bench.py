@@ -25,7 +25,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -288,6 +288,129 @@ def run_decode_batch(loaded: LoadedModel, cases: list[Case], load: Workload, rea
             )
 
 
+DRAFT_TOKENS = 4  # self-speculation's draft length k in the bench
+
+
+def run_speculation(
+    loaded: LoadedModel,
+    load: Workload,
+    draft_tokens: int = DRAFT_TOKENS,
+    q: float = 0.7,
+    depths: tuple[int, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """Self-speculation (:mod:`kernels.speculate`) against plain decoding in the same run,
+    greedy at ``q``, best-available, for every draft depth d < T: acceptance rate, tokens
+    per verification, tokens/s at batch 1 (``decode_prompts`` prompts one after the
+    other) and batch 8 (``batch`` requests decoded together), the ratio to plain per
+    interleaved repeat (median, min, max), executed FLOPs and peak KV against plain, and
+    whether the tokens and exits are the plain run's. ``depths``: the draft depths (default
+    every d < T)."""
+    # text where the vocabulary holds bytes (greedy decoding of random ids soon repeats)
+    text = loaded.config.vocab_size >= 256
+    prompts = token_rows(loaded, load.decode_prompts, load.decode_prompt, 7, text)
+    joiners = token_rows(loaded, load.batch, load.batch_prompt, 11, text)
+    runs = [0, *(depths or range(1, loaded.config.total_ut_steps))]  # 0: plain
+    times: dict[tuple[int, str], list[float]] = {}
+    seen: dict[int, dict[str, Any]] = {}
+    for _ in range(load.repeats):
+        for d in runs:
+            k = draft_tokens if d else 0
+            wall, work, outputs, peaks = 0.0, WorkCount(), [], []
+            for prompt in prompts:
+                engine = Engine(loaded.model, QExit(q), draft_loops=d, draft_tokens=k)
+                prefill = engine.prefill([prompt], reserve=load.decode_new)
+
+                def decode(
+                    engine: Engine = engine,
+                    prefill: PrefillResult = prefill,
+                    work: WorkCount = work,
+                ) -> list[TokenRecord]:
+                    return list(engine.decode(prefill, max_new_tokens=load.decode_new, work=work))
+
+                records, w, _ = _timed(loaded.device, decode)
+                wall += w
+                outputs.append([(r.token_id, r.exit_loop) for r in records])
+                peaks.append(prefill.kept_cache().peak_bytes)
+            times.setdefault((d, "decode1"), []).append(wall)
+            params = GenerationParams(
+                max_new_tokens=load.batch_new,
+                q=q,
+                top_k=0,
+                speculate_loops=d,
+                speculate_tokens=draft_tokens,
+            )
+            batch = ContinuousBatch(
+                loaded, max_rows=load.batch, capacity=load.batch_prompt + load.batch_new
+            )
+            for key, prompt in enumerate(joiners):
+                batch.add(key, prompt, params)
+            tokens, seconds = 0, 0.0
+            batch_out: dict[Hashable, list[tuple[int, int]]] = {}
+            while batch.busy:
+                for _ in batch.joins():
+                    pass
+                updates, w, _ = _timed(loaded.device, batch.decode)
+                seconds += w
+                for key, update in updates.items():
+                    tokens += len(update.events)
+                    batch_out.setdefault(key, []).extend(
+                        (e.token_id, e.exit_loop) for e in update.events
+                    )
+            times.setdefault((d, "decode8"), []).append(seconds / tokens)
+            seen[d] = {
+                "outputs": outputs,
+                "batch_outputs": batch_out,
+                "work": work,
+                "peaks": peaks,
+            }
+    rows = []
+    plain = seen[0]
+    for d in runs[1:]:
+        mine = seen[d]
+        spent: WorkCount = mine["work"]
+        row: dict[str, Any] = {
+            "draft_loops": d,
+            "draft_tokens": draft_tokens,
+            "q": q,
+            "acceptance_rate": spent.accepted_tokens / max(spent.drafted_tokens, 1),
+            "tokens_per_verify": sum(map(len, mine["outputs"])) / max(spent.verify_steps, 1),
+            "identical": mine["outputs"] == plain["outputs"]
+            and mine["batch_outputs"] == plain["batch_outputs"],
+            "flops_vs_plain": spent.flops_executed / plain["work"].flops_executed,
+            "peak_kv_vs_plain": max(
+                a / b for a, b in zip(mine["peaks"], plain["peaks"], strict=True)
+            ),
+        }
+        for phase in ("decode1", "decode8"):
+            ratios = [
+                base / spec for base, spec in zip(times[(0, phase)], times[(d, phase)], strict=True)
+            ]
+            row[f"{phase}_speedup"] = statistics.median(ratios)
+            row[f"{phase}_speedup_range"] = (min(ratios), max(ratios))
+        rows.append(row)
+    return rows
+
+
+def speculation_table(name: str, rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'d':>2} {'k':>2} {'accept':>6} {'tok/verify':>10} {'batch 1 x plain':>22} "
+        f"{'batch 8 x plain':>22} {'FLOPs':>5} {'peak KV':>7} same"
+    )
+    lines = [f"== {name}: self-speculation, greedy, q {rows[0]['q'] if rows else '-'}", head]
+    for v in rows:
+        spans = [
+            f"{v[f'{p}_speedup']:.2f} ({v[f'{p}_speedup_range'][0]:.2f}-"
+            f"{v[f'{p}_speedup_range'][1]:.2f})"
+            for p in ("decode1", "decode8")
+        ]
+        lines.append(
+            f"{v['draft_loops']:>2} {v['draft_tokens']:>2} {v['acceptance_rate']:>6.2f} "
+            f"{v['tokens_per_verify']:>10.2f} {spans[0]:>22} {spans[1]:>22} "
+            f"{v['flops_vs_plain']:>5.2f} {v['peak_kv_vs_plain']:>7.2f} {v['identical']}"
+        )
+    return "\n".join(lines)
+
+
 def summarise(cases: list[Case], loops: int) -> list[dict[str, Any]]:
     base = next(c for c in cases if (c.q, c.policy) == BASELINE)
     rows = []
@@ -407,6 +530,17 @@ def bench_model(name: str, loaded: LoadedModel, load: Workload, real: bool) -> d
     run_decode_single(loaded, cases, load, real)
     run_decode_batch(loaded, cases, load, real)
     rows = summarise(cases, loaded.config.total_ut_steps)
+    return {
+        **describe(name, loaded, real),
+        "rows": rows,
+        "goals": goals(rows),
+        "notes": notes(loaded),
+        "speculation": run_speculation(loaded, load),
+    }
+
+
+def describe(name: str, loaded: LoadedModel, real: bool) -> dict[str, Any]:
+    """The model's name and shape, and the text it was measured on."""
     cfg = loaded.config
     return {
         "model": name,
@@ -421,9 +555,6 @@ def bench_model(name: str, loaded: LoadedModel, load: Workload, real: bool) -> d
             "dtype": str(loaded.dtype).removeprefix("torch."),
         },
         "text": "stdlib docstrings" if real else "random token ids",
-        "rows": rows,
-        "goals": goals(rows),
-        "notes": notes(loaded),
     }
 
 
@@ -443,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="small workload, one repeat (< 1 minute)"
     )
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument(
+        "--speculation", action="store_true", help="only self-speculation against plain"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--repeats", type=int, help="interleaved repeats (median)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
@@ -487,10 +621,15 @@ def _run(args: argparse.Namespace) -> int:
     }
     for name, build, real in models:
         torch.manual_seed(0)
-        result = bench_model(name, build(), load, real)
+        if args.speculation:
+            loaded = build()
+            result = {**describe(name, loaded, real), "speculation": run_speculation(loaded, load)}
+        else:
+            result = bench_model(name, build(), load, real)
+            print(table(name, result["rows"]))
+            print("\n".join(result["goals"] + result["notes"]), flush=True)
         report["models"].append(result)
-        print(table(name, result["rows"]))
-        print("\n".join(result["goals"] + result["notes"]), flush=True)
+        print(speculation_table(name, result["speculation"]), flush=True)
         print()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -12,7 +12,10 @@ measured in the same run (medians of interleaved repeats, with their spread):
 - peak KV against (average compute depth / T) × full depth's;
 - continuous depth batching against a dense lockstep batch (a stopped row waits for the
   deepest, computed and dropped), 32 rows with staggered arrivals, in tokens/s;
-- host reads per decode step (:mod:`kernels.offline.host_reads`).
+- host reads per decode step (:mod:`kernels.offline.host_reads`);
+- self-speculation (draft depth 1 and 2, k 4, greedy, q 0.7) against plain decoding at
+  batch 1 and 8: acceptance rate, tokens per verification, tokens/s ratio, executed
+  FLOPs, peak KV, identical outputs (:func:`kernels.offline.bench.run_speculation`).
 """
 
 from __future__ import annotations
@@ -198,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             loaded, batches[0], load.batch_new, load.batch_prompt
         ),
     }
+    report["speculation"] = bench.run_speculation(
+        loaded,
+        replace(load, batch=batches[0]),
+        depths=(1,) if args.quick else (1, 2),
+    )
     report["seconds"] = time.perf_counter() - started
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

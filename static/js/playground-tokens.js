@@ -65,6 +65,7 @@ export class TokenText {
       if (!event.text) span.classList.add("empty");
       shade(span, this.palette, event.exit_loop);
       span.dataset.position = event.position;
+      if (event.draft) span.classList.add(`draft-${event.draft}`);
       this.mark(span, event);
       span.id = `tok-${event.position}`;
       span.tabIndex = this.events.size === 1 ? 0 : -1;
@@ -148,6 +149,7 @@ export class TokenText {
       "p",
       `#${event.position} ${shown(event.text)} · ${event.phase} · exit loop ${event.exit_loop} of ${this.loops}` +
         (event.why ? ` · ${event.why}` : "") +
+        (event.draft ? ` · ${event.draft === "accepted" ? "accepted from the draft" : "produced by verification"}` : "") +
         (event.mark ? ` · ${event.mark.title}` : ""),
       "tip-head",
     );

@@ -40,6 +40,11 @@ def test_every_row_carries_savings_next_to_fidelity():
         for key in ("avg_exit_loop", "decode1_tokens_per_s", "decode8_tokens_per_s", "loglik_diff"):
             assert row[key] == row[key]  # present and not NaN
     assert any("prefill kept" in line for line in result["goals"])
+    # self-speculation at every draft depth below T = 2, against plain in the same run
+    (spec,) = result["speculation"]
+    assert spec["draft_loops"] == 1 and spec["identical"]
+    assert 0 <= spec["acceptance_rate"] <= 1 and spec["decode1_speedup"] > 0
+    assert spec["flops_vs_plain"] > 0 and spec["peak_kv_vs_plain"] > 0
     json.dumps(result)
 
 

@@ -37,3 +37,6 @@ def test_the_device_script_dry_runs_on_cpu_and_writes_its_figures(tmp_path):
     assert rows[0.7]["prefill_executed_fraction"] < 1.0
     assert report["continuous_vs_lockstep"]["ratio"]["median"] > 0
     assert report["host_reads_per_step"]["min"] >= 1
+    (speculation,) = report["speculation"]  # draft depth 1, against plain in the same run
+    assert speculation["draft_loops"] == 1 and speculation["identical"]
+    assert 0 <= speculation["acceptance_rate"] <= 1 and speculation["decode1_speedup"] > 0

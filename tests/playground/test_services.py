@@ -45,6 +45,8 @@ def test_submit_creates_a_queued_run_and_enqueues_it_on_commit(
         "top_p": 1.0,
         "seed": 3,
         "top_k": 5,
+        "speculate_loops": 0,
+        "speculate_tokens": 4,
         "extrapolate": False,
     }
 
