@@ -143,6 +143,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# urlize links a bare domain (a source named as "github.com/…") over HTTPS, Django 2028's default.
+URLIZE_ASSUME_HTTPS = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
