@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+from contextlib import contextmanager
 from html import escape as html_escape
 from html import unescape as html_unescape
 
@@ -286,18 +287,28 @@ def test_a_ratio_reads_as_its_median_and_the_range_of_its_repeats():
     assert row["peak_kv"] == "14.4 MiB"
 
 
-@pytest.mark.browser
-@pytest.mark.slow
-def test_chromium_renders_both_models_charts_and_tables(browser, live_server, two_models):
+@contextmanager
+def _frontier_page(browser, live_server, chart: str, drawn: int):
+    """The Frontier view at 1280 px once ``drawn`` of its ``chart`` plots are drawn, with
+    the page errors it raises."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         page.goto(f"{live_server.url}/playground/frontier/")
         page.wait_for_function(
-            "() => document.querySelectorAll('.frontier-chart .main-svg').length >= 4",
+            f"() => document.querySelectorAll('{chart} .main-svg').length >= {drawn}",
             timeout=15_000,
         )
+        yield page, errors
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_renders_both_models_charts_and_tables(browser, live_server, two_models):
+    with _frontier_page(browser, live_server, ".frontier-chart", 4) as (page, errors):
         traces = page.evaluate(
             "[...document.querySelectorAll('.frontier-chart')].map(c => c.data.map(t => t.name))"
         )
@@ -313,8 +324,6 @@ def test_chromium_renders_both_models_charts_and_tables(browser, live_server, tw
         page.set_viewport_size({"width": 390, "height": 800})
         page.wait_for_timeout(300)
         width = page.evaluate("document.documentElement.scrollWidth")
-    finally:
-        page.close()
 
     assert errors == []
     rules = ["q-exit · best-available", "fixed · best-available", "ponder · best-available"]
@@ -364,15 +373,7 @@ def test_the_page_shows_each_models_calibration_oracle_and_kv_policies(client, t
 @pytest.mark.browser
 @pytest.mark.slow
 def test_chromium_draws_both_models_calibration_chart_and_table(browser, live_server, two_models):
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        page.goto(f"{live_server.url}/playground/frontier/")
-        page.wait_for_function(
-            "() => document.querySelectorAll('.calibration-chart .main-svg').length >= 2",
-            timeout=15_000,
-        )
+    with _frontier_page(browser, live_server, ".calibration-chart", 2) as (page, errors):
         charts = page.evaluate(
             "[...document.querySelectorAll('.calibration-chart')].map(c => c.data.map("
             "t => [t.name, t.y, t.x]))"
@@ -385,8 +386,6 @@ def test_chromium_draws_both_models_calibration_chart_and_table(browser, live_se
         page.set_viewport_size({"width": 390, "height": 800})
         page.wait_for_timeout(300)
         width = page.evaluate("document.documentElement.scrollWidth")
-    finally:
-        page.close()
 
     assert errors == []
     assert len(charts) == 2
