@@ -79,7 +79,9 @@ FILE_FIELDS = (
     *(facet.name for facet in taxonomy.MULTI_FACETS),
     "topics",
 )
-PLAIN_FIELDS = frozenset({"n", "slug", "facts_confidence", *taxonomy.FACETS_BY_NAME, "topics"})
+PLAIN_FIELDS = frozenset(
+    {"n", "slug", "facts_confidence", *taxonomy.FACETS_BY_NAME, "topics", "id", "status", "work"}
+)
 
 
 def _scalar(value: Any, *, plain: bool) -> str:
@@ -100,8 +102,14 @@ def _value(name: str, value: Any) -> str:
 
 def row_text(row: dict[str, Any]) -> str:
     """One work as the data file writes it (``row`` as ``services.work_state`` gives it)."""
-    lines = [f"- n: {row['n']}"]
-    lines += [f"  {name}: {_value(name, row[name])}" for name in FILE_FIELDS if name != "n"]
+    return entry_text(row, FILE_FIELDS)
+
+
+def entry_text(row: dict[str, Any], fields: tuple[str, ...]) -> str:
+    """One mapping of a data file's list: ``fields`` in order, then its evidence."""
+    first, *rest = fields
+    lines = [f"- {first}: {_value(first, row[first])}"]
+    lines += [f"  {name}: {_value(name, row[name])}" for name in rest]
     if row.get("evidence"):
         lines.append("  evidence:")
         for facet, basis in row["evidence"].items():

@@ -8,9 +8,9 @@ from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 
 class Command(BaseCommand):
     help = (
-        "Propose many works at once from a BibTeX file (.bib) or a TSV with the API's "
-        "fields: each entry is checked as the API checks it, duplicates are skipped, and "
-        "every entry's outcome is printed."
+        "Propose many works at once from a BibTeX file (.bib), a review file (.yaml: its "
+        "proposal fields) or a TSV with the API's fields: each entry is checked as the API "
+        "checks it, duplicates are skipped, and every entry's outcome is printed."
     )
 
     def add_arguments(self, parser) -> None:
@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, *, path: Path, rationale: str, **options) -> None:
         try:
             entries = entries_from_file(path)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise CommandError(f"cannot read {path}: {exc}") from exc
         counts = {"proposed": 0, "duplicate": 0, "invalid": 0}
         for entry in entries:
