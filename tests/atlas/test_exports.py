@@ -12,6 +12,7 @@ from bibtexparser.middlewares import LatexDecodingMiddleware
 from django.core.management import call_command
 from pylatexenc.latex2text import LatexNodes2Text, MacroTextSpec, get_default_latex_context_db
 
+from atlas.datafile import DEFAULT_PATH, records_from_file
 from atlas.exports import (
     CSV_COLUMNS,
     MONTHS,
@@ -22,7 +23,7 @@ from atlas.exports import (
 )
 from atlas.models import Work
 
-WORKS = 199
+WORKS = len(records_from_file(DEFAULT_PATH))
 DEJA_VU = "Déjà View: Looping Transformers for Multi-View 3D Reconstruction"
 
 

@@ -184,3 +184,13 @@ def test_fact_fills_are_approved_suggestions_once(small_atlas, curator, tmp_path
     assert second.splitlines()[-1] == "0 approved, 1 already, 0 failed"
     work = Work.objects.get(slug="loopfold-parallelizing-recurrent-depth")
     assert work.code_url == "https://github.com/example/loopfold"
+
+
+def test_the_copy_check_finds_a_run_of_eight_words_and_nothing_shorter() -> None:
+    from atlas.shingles import copied_runs, digest_text
+
+    digest = set(digest_text(["It solves hard Sudoku puzzles with ten million weights."]).split())
+    assert copied_runs("Ours SOLVES hard sudoku puzzles, with ten million weights!", digest) == [
+        "solves hard sudoku puzzles with ten million weights"
+    ]
+    assert copied_runs("It solves hard Sudoku puzzles with ten weights.", digest) == []
