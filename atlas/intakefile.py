@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 from django.core.management.color import no_style
-from django.db import connection
+from django.db import connection, transaction
 
 from atlas.datafile import DataFileError, entry_text
-from atlas.models import Proposal, Work
+from atlas.models import AtlasChange, Proposal, Work
 from atlas.proposals import FIELDS, ProposalInvalid, proposal_check
+from atlas.records import WorkRecord
+from atlas.services import LoadReport, atlas_load
 
 FILE_NAME = "intake.yaml"
 DECIDED = {"accepted": Proposal.Status.ACCEPTED, "rejected": Proposal.Status.REJECTED}
@@ -109,6 +111,28 @@ def decisions_from_file(path: Path, *, slugs: set[str]) -> list[Decided]:
     if problems:
         raise DataFileError(path, problems)
     return found
+
+
+@transaction.atomic
+def atlas_with_intake_load(
+    *, records: list[WorkRecord], decisions: list[Decided], source: str
+) -> tuple[LoadReport, str]:
+    """Load the works, then seed the intake log: the works accepted through the intake
+    are loaded apart, one data version per day of review, so that the changes list them
+    as the intake's additions; the rest as one version of the data file."""
+    by_day: dict[str, set[str]] = {}
+    for decided in sorted(decisions, key=lambda d: (d.reviewed_at, d.id)):
+        if decided.work:
+            by_day.setdefault(f"{decided.reviewed_at:%Y-%m-%d}", set()).add(decided.work)
+    from_intake = set().union(*by_day.values())
+    report = atlas_load(records=[r for r in records if r.slug not in from_intake], source=source)
+    for day, slugs in by_day.items():
+        report += atlas_load(
+            records=[record for record in records if record.slug in slugs],
+            source=f"{source}, the works the intake accepted on {day}",
+            kind=AtlasChange.Kind.PROPOSAL,
+        )
+    return report, decisions_load(decisions)
 
 
 def _columns(decided: Decided, works: dict[str, Work]) -> dict[str, Any]:

@@ -134,6 +134,7 @@ def test_a_fresh_install_loads_the_same_atlas_and_intake_log(reviewed, client, t
     Work.objects.all().delete()
     report = run("load_atlas", str(works))
     # then the intake log is the same, and dumping again gives the same bytes
+    assert "works.yaml: 10 works, 10 created, 0 updated, 0 unchanged" in report
     assert "intake.yaml: 3 decisions, 3 created, 0 updated, 0 unchanged" in report
     assert client.get("/api/v1/proposals/").json()["results"] == log
     copy = tmp_path / "copy" / "works.yaml"
@@ -141,6 +142,12 @@ def test_a_fresh_install_loads_the_same_atlas_and_intake_log(reviewed, client, t
     run("dump_atlas", str(copy))
     assert copy.read_bytes() == works.read_bytes()
     assert (copy.parent / "intake.yaml").read_text() == intake
+    # and the changes list the intake's additions under a data version of their own
+    changes = client.get("/api/v1/changes/").json()["changes"]
+    added = {(row["kind"], row["work"]) for row in changes if row["field"] == "work"}
+    accepted = {("proposal", p["work"]) for p in log if p["status"] == "accepted"}
+    assert len(added) == 10 and accepted <= added
+    assert len({row["version"] for row in changes if row["kind"] == "proposal"}) == 1
     # and a new proposal gets the next number
     assert Proposal.objects.create(**_minimal()).pk > max(row["id"] for row in log)
 

@@ -1,17 +1,15 @@
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
 from atlas.datafile import DEFAULT_PATH, DataFileError, records_from_file
-from atlas.intakefile import FILE_NAME, decisions_from_file, decisions_load
-from atlas.services import atlas_load
+from atlas.intakefile import FILE_NAME, atlas_with_intake_load, decisions_from_file
 
 
 class Command(BaseCommand):
     help = (
         "Check the curated atlas data file and load it: upsert by slug, all or nothing; "
-        "then the intake log's decisions from intake.yaml beside it, when there is one."
+        "with the intake log's decisions from intake.yaml beside it, when there is one."
     )
 
     def add_arguments(self, parser) -> None:
@@ -22,15 +20,14 @@ class Command(BaseCommand):
         try:
             records = records_from_file(path)
             slugs = {record.slug for record in records}
-            decisions = decisions_from_file(intake, slugs=slugs) if intake.exists() else None
+            decisions = decisions_from_file(intake, slugs=slugs) if intake.exists() else []
+            report, seeded = atlas_with_intake_load(
+                records=records, decisions=decisions, source=path.name
+            )
         except DataFileError as exc:
             raise CommandError(str(exc)) from exc
-        with transaction.atomic():
-            report = atlas_load(records=records, source=path.name)
-            try:
-                seeded = decisions_load(decisions) if decisions is not None else None
-            except ValueError as exc:
-                raise CommandError(f"{intake} was not loaded: {exc}") from exc
+        except ValueError as exc:  # a decision's number is another proposal's here
+            raise CommandError(f"{intake} was not loaded: {exc}") from exc
         self.stdout.write(f"{path.name}: {len(records)} works, {report}")
-        if seeded is not None:
-            self.stdout.write(f"{intake.name}: {len(decisions or [])} decisions, {seeded}")
+        if intake.exists():
+            self.stdout.write(f"{intake.name}: {len(decisions)} decisions, {seeded}")
