@@ -4,7 +4,7 @@
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``), which generates the load from a second
 process on loopback. The server is production-style: gunicorn, DEBUG off, persistent
-database connections, the 199-work atlas. The export throttle is raised for the run
+database connections, the curated atlas. The export throttle is raised for the run
 (``THROTTLE_EXPORTS``) so that the server is measured rather than the limit. The baseline
 is the API root (the same stack with no queries), loaded the same way in the same run.
 Each target is loaded twice: with the read cache (``API_CACHE_SECONDS``, the default

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from atlas import taxonomy
+from atlas import scope, taxonomy
 from atlas.datafile import DEFAULT_PATH, records_from_file
 from atlas.duplicates import Candidate, matches
 from atlas.intakefile import FILE_NAME
@@ -180,3 +180,13 @@ def test_no_summary_copies_a_run_of_eight_words_from_the_lists_descriptions() ->
     assert digest, "the digest of the lists' descriptions is empty"
     copied = {row["slug"]: runs for row in _rows() if (runs := copied_runs(row["summary"], digest))}
     assert copied == {}
+
+
+def test_the_scope_statements_near_misses_are_decided_as_it_says() -> None:
+    readme = " ".join(DEFAULT_PATH.with_name("README.md").read_text(encoding="utf-8").split())
+    decided = {entry["title"]: entry["status"] for entry in _decisions()}
+    if not decided:
+        pytest.skip("the intake log holds no decisions yet")
+    for miss in scope.NEAR_MISSES:
+        assert miss.title in readme
+        assert decided[miss.title] == ("accepted" if miss.accepted else "rejected"), miss.title

@@ -86,6 +86,7 @@ def test_every_decision_is_in_the_intake_log(reviewed, client) -> None:
     assert all(row["authors_et_al"] in (True, False) and "contact" not in row for row in log)
     page = client.get("/intake/").content.decode()
     assert "Out of scope: a recurrent network over time, not over depth." in page
+    assert "What belongs in the atlas" in page and "RAFT: Recurrent All-Pairs" in page
 
 
 def test_applying_the_review_again_changes_nothing(reviewed) -> None:
