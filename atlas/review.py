@@ -38,6 +38,14 @@ def curator(name: str) -> Any:
         raise LookupError(f"no user {name!r}: create the curator's account first") from None
 
 
+def proposal_from_source(source: object) -> Proposal | None:
+    """The latest proposal whose facts came from ``source`` (a review file's entry): a
+    review file proposes each entry once, even one it rejected."""
+    if not isinstance(source, str) or not source.strip():
+        return None
+    return Proposal.objects.filter(facts_source=source.strip()).order_by("-id").first()
+
+
 def proposal_of(decision: Decision) -> Proposal | None:
     """The entry's proposal: the one whose facts come from the entry's source, else with
     its arXiv id, else its title (any case); a pending one before any reviewed one."""

@@ -89,11 +89,17 @@ def test_every_decision_is_in_the_intake_log(reviewed, client) -> None:
     assert "What belongs in the atlas" in page and "RAFT: Recurrent All-Pairs" in page
 
 
-def test_applying_the_review_again_changes_nothing(reviewed) -> None:
-    works = Work.objects.count()
+def test_proposing_and_applying_the_review_again_changes_nothing(reviewed) -> None:
+    works, proposals = Work.objects.count(), Proposal.objects.count()
+    proposed = run("propose_works", str(REVIEW)).splitlines()
     again = run("review_proposals", str(REVIEW), "--reviewer", "curator")
+    lstm = Proposal.objects.get(arxiv_id="2611.05555")
+    assert proposed[1].endswith(
+        f"duplicate: skipped: proposal #{lstm.pk} (rejected) has the same source"
+    )
+    assert proposed[-1] == "0 proposed, 4 duplicate, 0 invalid"
     assert again.splitlines()[-1] == "0 accepted, 0 rejected, 3 already, 1 not proposed, 0 failed"
-    assert Work.objects.count() == works
+    assert (Work.objects.count(), Proposal.objects.count()) == (works, proposals)
 
 
 def test_an_entry_to_accept_without_a_proposal_fails_the_command(small_atlas, curator) -> None:
