@@ -279,7 +279,9 @@ class ContinuousBatch:
         settings = [run.settings for run in self.joining]
         prefilling = self.engine.prefill_state(prompts, settings=settings)
         deepest = prefilling.rows.deepest
-        schedule = PrefillSchedule(max(map(len, prompts)), self.prefill_chunk, deepest)
+        # exit-kv prefills one position per chunk (kernels.rules.KVPolicy.sequential)
+        chunk = 1 if any(st.policy.sequential for st in settings) else self.prefill_chunk
+        schedule = PrefillSchedule(max(map(len, prompts)), chunk, deepest)
         for i, run in enumerate(self.joining):
             run.prefilling, run.schedule, run.prefill_row = prefilling, schedule, i
             run.report = RunReport(self.loaded, run.prompt, self.engine, run.settings)

@@ -58,7 +58,7 @@ class Engine(StepRunner):
     Args:
         model: the looped LM (eval mode; its dtype and device are used).
         rule: the exit rule (default Q-exit with q = 1, i.e. full depth).
-        policy: KV policy name: ``best-available`` (default), ``select``, ``recompute-kv``.
+        policy: KV policy name (:data:`kernels.rules.POLICIES`; default ``best-available``).
         loops: loops T at inference (default the checkpoint's ``total_ut_steps``).
         top_k: width of the per-loop logit lens recorded in traces.
         trace: record gate values per loop (default: when ``top_k`` > 0).
@@ -111,6 +111,7 @@ class Engine(StepRunner):
         reserve: int = 0,
         keep_cache: bool = True,
         chunk: int | None = None,
+        seeds: list[int] | None = None,
     ) -> PrefillResult:
         """Run every prompt position through its loops.
 
@@ -122,12 +123,14 @@ class Engine(StepRunner):
             keep_cache: keep every loop's K/V that decoding needs afterwards.
             chunk: positions per step (:class:`kernels.scheduler.PrefillSchedule`; default
                 all of them). Chunking changes only the rounding, never an exit's rule.
+            seeds: each row's own seed (default this engine's), which its rule sees.
         """
         prefilling = self.prefill_state(
-            rows, attention_mask, reserve=reserve, keep_cache=keep_cache
+            rows, attention_mask, reserve=reserve, keep_cache=keep_cache, seeds=seeds
         )
         length = prefilling.ids.shape[1]
-        schedule = PrefillSchedule(length, chunk or length, self.n_loops)
+        chunk = 1 if self.policy.sequential else chunk or length  # exit-kv: see KVPolicy
+        schedule = PrefillSchedule(length, chunk, self.n_loops)
         while (step := schedule.plan()) is not None:
             schedule.advance(step, self.run_prefill_step(step, prefilling))
         return prefilling.result()
@@ -176,11 +179,14 @@ class Engine(StepRunner):
         #   loop u < e_j, an entry in the loop-u store C[u]. Under best-available the
         #   terminal entry is its loop-e_j K/V; under recompute-kv it is its frozen exit
         #   state projected by each layer, and C[e_j] also keeps its loop-e_j K/V (e_j < T);
-        #   under select every position computes every loop (e_j = T).
+        #   under select every position computes every loop (e_j = T). Under exit-kv and
+        #   first-loop-kv the terminal entry is all it keeps (no C[u]): its exit loop's
+        #   K/V, or loop 1's, visible at every loop.
         # * At loop t the token attends to all of C[t] (the positions that went deeper
         #   than t: their loop-t K/V), to the terminal entries visible at t (best-available:
         #   e_j <= t, so each position is seen at loop min(t, e_j)), and to its own loop-t
-        #   K/V, written to its terminal slot E[r, e_len[r]] before the layer attends.
+        #   K/V, written to its terminal slot E[r, e_len[r]] before the layer attends
+        #   (first-loop-kv writes it at loop 1 only and attends to that one after).
         # * When the token goes on to loop t+1 its loop-t K/V moves to C[t]; when it stops,
         #   its slot is committed (exit_loop = t, e_len += 1) and the next token of the row
         #   starts at loop 1 in the next step, whatever loop the other rows are at.

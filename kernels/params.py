@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Self
 
 EXIT_RULES = ("q-exit", "convergence", "fixed", "ponder", "act")
-KV_POLICIES = ("best-available", "select", "recompute-kv")
+KV_POLICIES = ("best-available", "select", "recompute-kv", "exit-kv", "first-loop-kv")
 MAX_LOOPS = 32  # any T a model may run at (2 × its trained T is checked per model)
 
 
@@ -80,7 +80,7 @@ class RunParams:
     fixed_loops: int | None = None  # fixed: exit after this many loops
     act_eps: float = 0.01  # act: exit once the gates sum to 1 - act_eps
     loops: int | None = None  # T at inference; None = the checkpoint's total_ut_steps
-    kv_policy: str = "best-available"  # "best-available" | "select" | "recompute-kv"
+    kv_policy: str = "best-available"  # one of KV_POLICIES
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int = 0

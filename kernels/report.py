@@ -20,6 +20,7 @@ from kernels.cache import DepthKVCache
 from kernels.checkpoint import LoadedModel
 from kernels.engine import Engine, PrefillResult, TokenRecord
 from kernels.scheduler import RowSettings
+from kernels.settling import settling_loop
 from kernels.work import FlopModel, WorkCount
 
 
@@ -34,6 +35,8 @@ class TokenEvent:
     loops: list[dict[str, Any]]
     work: dict[str, float]
     elapsed_s: float
+    # the oracle exit (``kernels.settling``) where every loop to the cap ran with a lens
+    settling_loop: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(asdict(self))
@@ -184,4 +187,13 @@ class RunReport:
             loops=loops,
             work=counters,
             elapsed_s=time.perf_counter() - self.start,
+            settling_loop=self._settling(record, top_k),
         )
+
+    def _settling(self, record: TokenRecord, top_k: int) -> int | None:
+        """The position's settling loop, known only when it computed every loop up to the
+        run's cap and the lens named each loop's top-1."""
+        if not top_k or record.loops_computed < self.settings.n_loops:
+            return None
+        top1 = [top[0][0] for top in record.top[: record.loops_computed] if top]
+        return settling_loop(top1) if len(top1) == record.loops_computed else None

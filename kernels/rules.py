@@ -159,18 +159,38 @@ class KVPolicy:
     - ``recompute-kv``: its frozen exit state projected through each layer's K/V
       projections (what a deeper loop's layer would have produced from that state);
     - ``select``: no skipping at all, every token computes every loop and the exit rule
-      only selects which loop's logits are the output (the reference behaviour).
+      only selects which loop's logits are the output (the reference behaviour);
+    - ``exit-kv``: one K/V plane per position and layer, from its exit loop, read by every
+      loop of every later position (a position still running sees itself at its own
+      loop). Its plane exists only once it has exited, so a prompt is prefilled one
+      position per chunk: what a later position sees never depends on how the prompt was
+      cut. With every position at T this is Ouro's "last-step-only" KV reuse;
+    - ``first-loop-kv``: one plane per position and layer, from loop 1, read by every loop
+      (its own position included: K/V is written at loop 1 only). Ouro's
+      "first-step-only".
+
+    The last two keep no loop stores (:mod:`kernels.cache`): peak KV grows with the
+    number of positions, not with the sum of their exit depths.
     """
 
     name: str
     compute_all: bool = False  # select: exits choose outputs only
     frozen_terminal: bool = False  # recompute-kv: terminal entry is the projected state
+    loop_stores: bool = True  # False: the terminal plane is all a position leaves
+    first_loop_only: bool = False  # first-loop-kv: K/V is written at loop 1 only
+    sequential: bool = False  # exit-kv: a prompt is prefilled one position per chunk
 
     def terminal_visible(self, exit_loop: Tensor, t: Tensor | int, n_loops: Tensor | int) -> Tensor:
         """Is a terminal entry of a position that exited at ``exit_loop`` visible at loop t?"""
+        if not self.loop_stores:  # its one plane serves every loop
+            return exit_loop >= 0
         if self.frozen_terminal:  # loops ≤ e live in the loop stores, the projection after e
             return (exit_loop < t) | (t >= n_loops)
         return exit_loop <= t
+
+    def writes_at(self, t: int) -> bool:
+        """Does a token write its loop-t K/V to its terminal slot (and attend to it)?"""
+        return t == 1 or not self.first_loop_only
 
 
 POLICIES = {
@@ -179,6 +199,8 @@ POLICIES = {
         KVPolicy("best-available"),
         KVPolicy("select", compute_all=True),
         KVPolicy("recompute-kv", frozen_terminal=True),
+        KVPolicy("exit-kv", loop_stores=False, sequential=True),
+        KVPolicy("first-loop-kv", loop_stores=False, first_loop_only=True),
     )
 }
 

@@ -199,6 +199,7 @@ class PrefillRows:
     settings: list[RowSettings]
     caps: Tensor  # (B,) int64
     frozen: Tensor  # (B,) bool: recompute-kv rows
+    keeps: Tensor  # (B,) bool: rows whose policy keeps loop stores
     groups: list[tuple[ExitRule, KVPolicy, Tensor | None]]  # rows (into B); None: all
 
     @classmethod
@@ -214,6 +215,7 @@ class PrefillRows:
             settings=settings,
             caps=torch.tensor([s.n_loops for s in settings], device=device),
             frozen=torch.tensor([s.policy.frozen_terminal for s in settings], device=device),
+            keeps=torch.tensor([s.policy.loop_stores for s in settings], device=device),
             groups=groups,
         )
 
@@ -232,6 +234,12 @@ class PrefillRows:
     @property
     def any_frozen(self) -> bool:
         return any(s.policy.frozen_terminal for s in self.settings)
+
+    def writers(self, t: int) -> Tensor | None:
+        """(B,) bool: the rows that write their loop-t K/V (first-loop-kv writes at loop 1
+        only); None when every row does."""
+        writes = [s.policy.writes_at(t) for s in self.settings]
+        return None if all(writes) else torch.tensor(writes, device=self.caps.device)
 
     def rules(self, row_of: Tensor) -> LoopRules:
         """The rules of tokens of the rows ``row_of`` (N,)."""
@@ -587,15 +595,18 @@ class StepRunner:
         w = hi - lo
         row_of, cols = local // w, local % w + lo
         flat = row_of * s + cols  # (N,) into B*S
+        writers = p.rows.writers(t)  # (B,) or None: first-loop-kv rows past loop 1 write nothing
         if lo == 0 and len(flat) == b * w:  # the whole prefix active: the fused causal kernel
             x = p.x.view(b, s, -1)[:, :hi]  # (B, W, H)
-            h = self._run_layers(x, p.cos[:hi], p.sin[:hi], self._dense_attend(cache)).flatten(0, 1)
-        elif lo == 0:
-            tiles = PrefillTiles(local, b, w, self.dtype)
-            attend = self._tiled_attend(cache, tiles, row_of, cols)
-            h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
+            attend = self._dense_attend(cache, writers)
+            h = self._run_layers(x, p.cos[:hi], p.sin[:hi], attend).flatten(0, 1)
         else:
-            attend = self._chunk_attend(cache, step, row_of, cols, p.rows)
+            writing = None if writers is None else writers[row_of].nonzero().squeeze(1)  # into N
+            if lo == 0:
+                tiles = PrefillTiles(local, b, w, self.dtype)
+                attend = self._tiled_attend(cache, tiles, row_of, cols, writing)
+            else:
+                attend = self._chunk_attend(cache, step, row_of, cols, p.rows, writing)
             h = self._run_layers(p.x[flat], p.cos[cols], p.sin[cols], attend)
         self.flops.count_loops(p.work, len(flat), float(p.keys[flat].sum()))
         p.loops_computed[flat] += 1
@@ -613,6 +624,7 @@ class StepRunner:
             kept = p.active[:, lo:hi].clone()
             if freezing is not None:
                 kept.view(-1)[local[freezing]] = True
+            kept &= p.rows.keeps[:, None]  # exit-kv, first-loop-kv: no loop stores
             cache.keep_loop(t, kept, start=lo)
         if freezing is not None and bool((stop & freezing).any()):
             frozen = (stop & freezing).nonzero().squeeze(1)
@@ -625,11 +637,17 @@ class StepRunner:
             cache.commit_prefill(depth, [min(n, hi) for n in p.lengths], start=lo)
         return going_on
 
-    def _dense_attend(self, cache: DepthKVCache) -> Callable[[int], Attend]:
+    def _dense_attend(self, cache: DepthKVCache, writers: Tensor | None) -> Callable[[int], Attend]:
+        """``writers`` (B,) bool: the rows whose loop-t K/V is written and attended to; the
+        others attend to what their slots hold (first-loop-kv: loop 1's)."""
         causal = padded_causal_attend(None)
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, S, heads, d)
+                if writers is not None:
+                    keep = writers[:, None, None, None]
+                    k = torch.where(keep, k, cache.e_k[index][:, : k.shape[1]])
+                    v = torch.where(keep, v, cache.e_v[index][:, : v.shape[1]])
                 cache.write_prefix(index, k, v)
                 return causal(q, k, v)
 
@@ -638,13 +656,20 @@ class StepRunner:
         return for_layer
 
     def _tiled_attend(
-        self, cache: DepthKVCache, tiles: PrefillTiles, rows: Tensor, cols: Tensor
+        self,
+        cache: DepthKVCache,
+        tiles: PrefillTiles,
+        rows: Tensor,
+        cols: Tensor,
+        writing: Tensor | None,
     ) -> Callable[[int], Attend]:
+        """``writing``: the tokens (into N) whose loop-t K/V is written; None: all."""
+
         def for_layer(index: int) -> Attend:
             ek, ev = cache.e_k[index], cache.e_v[index]
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
-                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
+                _write_active(cache, index, rows, cols, k, v, writing)
                 return tiles.attend(q, ek, ev)
 
             return attend
@@ -658,6 +683,7 @@ class StepRunner:
         rows: Tensor,
         cols: Tensor,
         rows_of: PrefillRows,
+        writing: Tensor | None,
     ) -> Callable[[int], Attend]:
         """Queries of a chunk past the first: per row, the terminal entries [0, stop) (earlier
         chunks' as visible at the loop, its own chunk's causally) and the loop-t store."""
@@ -677,7 +703,7 @@ class StepRunner:
             ek, ev = cache.e_k[index], cache.e_v[index]
 
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (N, heads, d)
-                cache.write_terminal(index, rows, cols, k, v)  # active positions' loop-t K/V
+                _write_active(cache, index, rows, cols, k, v, writing)
                 out = torch.empty_like(q)
                 for sel, r, mask, n in groups:
                     segments = [Segment(ek[r : r + 1, :hi], ev[r : r + 1, :hi], mask)]
@@ -742,8 +768,19 @@ class StepRunner:
         attention = self._decode_plan(cache, plan, pos, t, caps, rules)
         cos, sin = body.rotary_emb(pos, self.dtype)  # (R, d)
         x = decoding.x[rows]  # (R, H)
+        # the rows that write their loop-t K/V: live ones, but not first-loop-kv past loop 1
+        writing = [
+            i
+            for i in (plan.live_index if plan.idle else range(len(plan.rows)))
+            if plan.settings[i].policy.writes_at(plan.loops[i])
+        ]
         live = torch.tensor(plan.live_index, device=self.device) if plan.idle else None
-        attend = self._cached_attend(cache, attention, rows, pos, live)
+        writers = (
+            None
+            if len(writing) == len(plan.rows)
+            else torch.tensor(writing, dtype=torch.long, device=self.device)
+        )
+        attend = self._cached_attend(cache, attention, rows, pos, writers)
         computed = self._run_layers(x, cos, sin, attend)  # (R, H)
         h = computed
         if live is not None:  # the idle rows' results are dropped: (R, …) -> (R_live, …)
@@ -823,22 +860,29 @@ class StepRunner:
         return attention
 
     def _cached_attend(
-        self, cache: DepthKVCache, plan: DecodePlan, rows: Tensor, pos: Tensor, live: Tensor | None
+        self,
+        cache: DepthKVCache,
+        plan: DecodePlan,
+        rows: Tensor,
+        pos: Tensor,
+        writers: Tensor | None,
     ) -> Callable[[int], Attend]:
-        """Each layer's attention; ``live``: the rows that write their K/V (default all; an
-        idle row reads its stopped token's slot instead)."""
+        """Each layer's attention; ``writers``: the rows (into R) that write their K/V
+        (default all; an idle row reads its stopped token's slot instead, a first-loop-kv
+        row past loop 1 its loop-1 K/V)."""
         stores = {
             t: store
             for t in set(plan.loops)
             if t < cache.n_loops and (store := cache.loops[t - 1]) is not None
         }
-        w_rows, w_pos = (rows, pos) if live is None else (rows[live], pos[live])
+        w_rows, w_pos = (rows, pos) if writers is None else (rows[writers], pos[writers])
 
         def for_layer(index: int) -> Attend:
             def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (R, heads, d)
-                if live is not None:  # idle rows write nothing
-                    k, v = k[live], v[live]  # (R, …) -> (R_live, …)
-                cache.write_terminal(index, w_rows, w_pos, k, v)  # its own loop-t K/V
+                if writers is not None:  # idle rows (and first-loop-kv past loop 1) write nothing
+                    k, v = k[writers], v[writers]  # (R, …) -> (R_w, …)
+                if len(w_rows):
+                    cache.write_terminal(index, w_rows, w_pos, k, v)  # its own loop-t K/V
                 terminal = (cache.e_k[index], cache.e_v[index])
                 return plan.attend(q[:, None], terminal, stores, index)[:, 0]
 
@@ -851,8 +895,11 @@ class StepRunner:
     ) -> None:
         """After a step: loop-t K/V of tokens going on (and, under recompute-kv, of tokens
         stopping before their last loop) into the loop-t store. The moving entries of all
-        layers are read out of the terminal slots in one gather."""
-        moving = [i for i, stop in enumerate(stops) if not stop] + frozen
+        layers are read out of the terminal slots in one gather. Policies without loop
+        stores (exit-kv, first-loop-kv) move nothing."""
+        moving = [
+            i for i, stop in enumerate(stops) if not stop and plan.settings[i].policy.loop_stores
+        ] + frozen
         if not moving:
             return
         index = torch.tensor([plan.rows[i] for i in moving], device=self.device)
@@ -867,6 +914,22 @@ class StepRunner:
             else:
                 sel = torch.tensor(group, device=self.device)
                 cache.loop(t).append(rows, k[:, sel], v[:, sel])
+
+
+def _write_active(
+    cache: DepthKVCache,
+    layer: int,
+    rows: Tensor,
+    cols: Tensor,
+    k: Tensor,
+    v: Tensor,
+    writing: Tensor | None,
+) -> None:
+    """The active prefill tokens' loop-t K/V (N, nkv, d) into their terminal slots (rows,
+    cols (N,)); ``writing``: only those tokens (into N)."""
+    if writing is not None:
+        rows, cols, k, v = rows[writing], cols[writing], k[writing], v[writing]
+    cache.write_terminal(layer, rows, cols, k, v)
 
 
 def _plan_rules(plan: StepPlan, caps: Tensor) -> LoopRules:

@@ -12,6 +12,11 @@
   the ``X-Cancel-Token`` header, or the page session that started it, with its CSRF
   token as the page's forms send it); the
   run stops between tokens, ``cancelled``. Anyone else: 403.
+- ``POST /api/v1/runs/<id>/branch/`` with ``position`` and ``token_id``: a sibling whose
+  prompt is the run's tokens before that generated position plus the chosen token, same
+  settings (``services.run_branch_submit``); 201 as a submit, with ``compare_url``; 400
+  naming ``position`` or ``token_id``; 429 and 503 as a submit. Anyone may branch any
+  run; the branch belongs to who made it and counts against their limits, as a sibling.
 - ``GET /api/v1/runs/models/``: the configured checkpoints (T, availability).
 - ``GET /api/v1/runs/compare/?runs=a,b,c``: one to three runs of one prompt and model
   side by side (``playground.comparison``), as JSON or, with ``?format=csv``, one CSV row
@@ -23,10 +28,12 @@ The live events are not here but at ``/runs/<id>/events`` (``playground.events``
 
 import csv
 import io
+from collections.abc import Callable
 from typing import NoReturn
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -57,6 +64,7 @@ from playground.checkpoints import model_catalog
 from playground.comparison import COMPARE_MAX, CompareError, UnknownRun, runs_compare
 from playground.models import Run
 from playground.serializers import (
+    RunBranchSerializer,
     RunCreatedSerializer,
     RunCreateSerializer,
     RunSerializer,
@@ -115,7 +123,7 @@ class RunViewSet(
     lookup_value_regex = UUID_PATTERN
 
     def get_throttles(self) -> list[BaseThrottle]:
-        return [RunSubmitThrottle()] if self.action == "create" else []
+        return [RunSubmitThrottle()] if self.action in ("create", "branch") else []
 
     def throttled(self, request: Request, wait: float | None) -> NoReturn:
         raise Throttled(wait, detail=RunSubmitThrottle().refusal(wait))
@@ -142,12 +150,40 @@ class RunViewSet(
     def create(self, request: Request, *args, **kwargs) -> Response:
         form = RunCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
+        return self._submitted(
+            request, lambda **who: services.run_submit(**form.validated_data, **who)
+        )
+
+    @extend_schema(
+        request=RunBranchSerializer,
+        responses={
+            201: RunCreatedSerializer,
+            400: ERRORS[400],
+            404: ERRORS[404],
+            429: OpenApiResponse(description="Over a limit, which the body names."),
+            503: OpenApiResponse(description="The run queue is unreachable; nothing queued."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def branch(self, request: Request, id: str) -> Response:
+        run = self.get_object()
+        form = RunBranchSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        response = self._submitted(
+            request,
+            lambda **who: services.run_branch_submit(run=run, **form.validated_data, **who),
+        )
+        compare = f"{reverse('playground:compare')}?runs={run.id},{response.data['id']}"
+        response.data["compare_url"] = request.build_absolute_uri(compare)
+        return response
+
+    def _submitted(self, request: Request, submit: Callable[..., Run]) -> Response:
+        """201 with the run ``submit`` made for this address (its cancel token shown
+        once), or the error naming what refused it."""
         token = secret_new()
         try:
             address = visitor_address(request.META)  # the API's visitor is its address
-            run = services.run_submit(
-                **form.validated_data, visitor=address, address=address, owner_secret=token
-            )
+            run = submit(visitor=address, address=address, owner_secret=token)
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from exc
         except (services.QueueFull, services.VisitorLimit) as exc:

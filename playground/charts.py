@@ -10,7 +10,10 @@ token) or replays a stored run; the page's module appends one column per token e
 1. ``not computed``: heatmap, 1 where the loop was skipped (the token had exited), else
    null; one flat grey that no value of the colour scale takes;
 2. ``exit loop``: markers at (position, exit loop);
-3. a legend-only square for the grey cells (heatmaps have no legend entry of their own).
+3. a legend-only square for the grey cells (heatmaps have no legend entry of their own);
+4. ``settling loop``: rings at (position, settling loop) where the position computed every
+   loop with a lens (``playground.calibration``): the oracle exit beside the rule's; in
+   the legend once it has a point.
 
 x is the token position (prompt and generated, split by a labelled dashed line once the
 first generated token is known), labelled with the token's text while the run is short
@@ -23,11 +26,13 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
+from playground.calibration import token_settling
 from playground.palette import loop_colourscale, loop_shades
 
 NOT_COMPUTED = "#d4d4d8"  # a flat grey that no loop's shade is
 LABELLED_COLUMNS = 40  # up to this many tokens, the x axis shows their text
 EXIT_MARKER = "#e11d48"
+SETTLING_MARKER = "#0f172a"
 TOP_K_SHOWN = 5
 
 
@@ -84,6 +89,22 @@ def heatmap_figure(
                 "y": [None],
                 "hoverinfo": "skip",
                 "marker": {"symbol": "square", "size": 12, "color": NOT_COMPUTED},
+            },
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "settling loop (oracle exit)",
+                "showlegend": False,
+                "x": [],
+                "y": [],
+                "hovertext": [],
+                "hovertemplate": "%{hovertext}<extra>settling loop</extra>",
+                "marker": {
+                    "symbol": "circle-open",
+                    "size": 13,
+                    "color": SETTLING_MARKER,
+                    "line": {"width": 2},
+                },
             },
         ],
         "layout": heatmap_layout(loops=loops, trained_loops=trained_loops),
@@ -204,7 +225,7 @@ def _boundary_label(prompt_tokens: int) -> dict[str, Any]:
 
 def append_column(figure: dict[str, Any], event: Mapping, *, loops: int, reason: str = "") -> None:
     """Add one token's column (the same as the page's module does with a live event)."""
-    computed_cells, skipped, exit_marker, _ = figure["data"]
+    computed_cells, skipped, exit_marker, _, settling = figure["data"]
     position = event["position"]
     computed = {row["loop"]: row for row in event["loops"]}
     label = f"#{position} {_quoted(event['text'])} ({event['phase']})"
@@ -229,6 +250,27 @@ def append_column(figure: dict[str, Any], event: Mapping, *, loops: int, reason:
     exit_marker["customdata"].append(tick_text(event["text"]))
     why = f" ({reason})" if reason else ""
     exit_marker["hovertext"].append(f"{label}: exits at loop {event['exit_loop']}{why}")
+    settle = token_settling(event, loops)
+    if settle is not None:
+        settling["showlegend"] = True
+        settling["x"].append(position)
+        settling["y"].append(settle)
+        settling["hovertext"].append(
+            f"{label}: its top-1 settles at loop {settle} (exit at {event['exit_loop']})"
+        )
+
+
+def settling_marks(
+    figure: dict[str, Any], marks: Iterable[tuple[int, int]], *, source: str
+) -> None:
+    """Ring ``(position, settling loop)`` pairs of another run (a full-depth sibling's)
+    on this run's heatmap, beside this run's own exits."""
+    settling = figure["data"][4]
+    for position, loop in marks:
+        settling["showlegend"] = True
+        settling["x"].append(position)
+        settling["y"].append(loop)
+        settling["hovertext"].append(f"#{position}: settles at loop {loop} in {source}")
 
 
 def loop_text(label: str, row: Mapping, exit_loop: int) -> str:

@@ -127,11 +127,35 @@ def _read_config(config_file: str, stamp: int) -> tuple[int, int]:
 
 def prompt_token_count(*, model: ModelInfo, text: str) -> int:
     """How many tokens the worker's tokenizer makes of ``text`` (as the engine encodes it)."""
+    return len(prompt_encode(model=model, text=text))
+
+
+def prompt_encode(*, model: ModelInfo, text: str) -> list[int]:
+    """The token ids the worker's tokenizer makes of ``text`` (as the engine encodes it)."""
+    tokenizer = _model_tokenizer(model)
+    if tokenizer is None:
+        return list(text.encode("utf-8"))  # kernels.checkpoint.ByteTokenizer
+    return list(tokenizer.encode(text).ids)
+
+
+def tokens_decode(*, model: ModelInfo, ids: list[int]) -> str:
+    """The text of ``ids`` as the worker's tokenizer decodes it (special tokens left out,
+    as re-encoding adds them back); ``ValueError`` for an id outside the vocabulary."""
+    tokenizer = _model_tokenizer(model)
+    size = 256 if tokenizer is None else tokenizer.get_vocab_size()
+    if any(not 0 <= i < size for i in ids):
+        raise ValueError(f"token ids of {model.name} lie in [0, {size})")
+    if tokenizer is None:  # kernels.checkpoint.ByteTokenizer's decoding
+        return bytes(ids).decode("utf-8", errors="replace")
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _model_tokenizer(model: ModelInfo):
+    """The model's ``tokenizer.json`` loaded (cached per file version), None for bytes."""
     tokenizer_file = model.path / "tokenizer.json"
     if not tokenizer_file.is_file():
-        return len(text.encode("utf-8"))  # kernels.checkpoint.ByteTokenizer
-    tokenizer = _tokenizer(str(tokenizer_file), tokenizer_file.stat().st_mtime_ns)
-    return len(tokenizer.encode(text).ids)
+        return None
+    return _tokenizer(str(tokenizer_file), tokenizer_file.stat().st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=8)

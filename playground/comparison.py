@@ -10,6 +10,15 @@ log-likelihood difference is over positions whose next token is the same in both
 from the stored top-k of each exit loop (a position whose next token is outside either
 top-k is left out, and the count says how many were used).
 
+A branch (``branching.BRANCH_OF``: a run started from another with a different token at
+one position) is compared with the run it branched from although its prompt text is
+longer: its prompt is that run's tokens up to the branch, so the positions line up and the
+branch point is the divergence.
+
+Where one run computed every loop of each compared position (a full-depth sibling, or the
+run itself), its settling loops (``playground.calibration``) are the oracle the others'
+exits are set against: a ring on each heatmap and a calibration row in the stats.
+
 A comparison's mode says how its runs got their tokens: "same text" when every run after
 the first was scored on the first run's tokens (``siblings.TEXT_OF``), so no position
 diverges and every depth compares; "free-running" otherwise.
@@ -26,7 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kernels.settling import Calibration
 from playground import charts, selectors
+from playground.branching import branch_found, branch_root_prompt
+from playground.calibration import calibration_against, calibration_display, token_settling
 from playground.models import Run
 from playground.pages import RunView, run_view, stats_display
 from playground.siblings import FREE_RUNNING, MODES, SAME_TEXT, TEXT_OF
@@ -119,6 +131,31 @@ class Comparison:
     positions: list[Position]
     divergence: int | None  # the first position whose token differs between runs
     deepest: int  # index of the reference run
+    settled: int | None = None  # index of a run with every compared settling loop known
+    branch: dict[str, Any] | None = None  # where a run branched from another, if one did
+
+    def settling(self, position: Position) -> int | None:
+        """The settling loop at ``position`` of the full-depth run, where compared."""
+        if self.settled is None or not position.compared:
+            return None
+        event = position.tokens[self.settled]
+        return None if event is None else token_settling(event, self.runs[self.settled].view.loops)
+
+    def calibration(self, index: int) -> Calibration | None:
+        """Run ``index``'s exits against the full-depth run's settling loops."""
+        return calibration_against(
+            (exit_loop, self.settling(position))
+            for position in self.positions
+            if (exit_loop := position.exits[index]) is not None
+        )
+
+    @property
+    def settled_label(self) -> str:
+        return "" if self.settled is None else self.runs[self.settled].label
+
+    @property
+    def settling_row(self) -> list[tuple[Position, int | None]]:
+        return [(position, self.settling(position)) for position in self.positions]
 
     @property
     def mode(self) -> str:
@@ -157,6 +194,15 @@ class Comparison:
                 any(agreement.top1 not in (None, 1.0) for agreement in others),
             )
         )
+        if self.settled is not None:
+            rows.append(
+                _row(
+                    "calibration",
+                    f"Exits vs the settling loops of run {self.runs[self.settled].label} "
+                    "(after · at · before)",
+                    [calibration_display(self.calibration(i)) for i in range(len(self.runs))],
+                )
+            )
         rows.append(
             StatRow(
                 "loglik",
@@ -197,13 +243,20 @@ class Comparison:
         """Each run's heatmap, on the same token axis."""
         width = len(self.positions)
         figures = []
-        for item in self.runs:
+        for i, item in enumerate(self.runs):
             view = item.view
             figure = charts.heatmap_figure(
                 loops=view.loops, trained_loops=view.trained_loops, tokens=view.tokens
             )
             figure["layout"]["xaxis"]["range"] = [-0.5, max(width, 1) - 0.5]
             figure["layout"]["uirevision"] = "compare"
+            if self.settled is not None and i != self.settled:
+                reference = self.runs[self.settled].label
+                charts.settling_marks(
+                    figure,
+                    [(p.position, loop) for p, loop in self.settling_row if loop is not None],
+                    source=f"run {reference} (full depth)",
+                )
             figures.append(figure)
         return figures
 
@@ -259,11 +312,21 @@ def runs_compare(*, raw: str) -> Comparison:
     if len({run.model for run in runs}) > 1:
         models = ", ".join(run.model for run in runs)
         raise CompareError(f"runs of different models cannot be compared ({models})")
-    if len({run.prompt for run in runs}) > 1:
+    if len({branch_root_prompt(run, runs) for run in runs}) > 1:
         raise CompareError("runs of different prompts cannot be compared")
     return comparison_of(
         [run_view(run=run, tokens=list(selectors.run_tokens(run=run))) for run in runs]
     )
+
+
+def _settled(views: Sequence[RunView], positions: list[Position]) -> int | None:
+    """The first run whose every compared position has a settling loop, if any."""
+    compared = [position for position in positions if position.compared]
+    for i, view in enumerate(views):
+        events = [position.tokens[i] for position in compared]
+        if events and all(e is not None and token_settling(e, view.loops) for e in events):
+            return i
+    return None
 
 
 def comparison_of(views: Sequence[RunView]) -> Comparison:
@@ -302,7 +365,11 @@ def comparison_of(views: Sequence[RunView]) -> Comparison:
         )
         for i, view in enumerate(views)
     ]
-    return Comparison(runs, positions, divergence, deepest)
+    found = branch_found(views)
+    branch = None
+    if found is not None:
+        branch = found | {"label": LABELS[found["label"]], "parent": LABELS[found["parent"]]}
+    return Comparison(runs, positions, divergence, deepest, _settled(views, positions), branch)
 
 
 def _average_exit(view: RunView) -> float | None:

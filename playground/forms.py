@@ -27,6 +27,8 @@ LABELS = {
     "best-available": "Best available: its deepest computed loop",
     "recompute-kv": "Recompute K/V from its exit state",
     "select": "Compute every loop, then select (baseline)",
+    "exit-kv": "Exit-loop K/V only: one plane per position (last-step-only)",
+    "first-loop-kv": "Loop 1's K/V for every loop (first-step-only)",
 }
 DEFAULTS = RunParams()
 # Shown when the visitor switches to sampling; greedy (the default) sends temperature 0.

@@ -114,3 +114,32 @@ def _ratio(point: dict[str, Any], kind: str) -> str:
     low, high = point.get(f"{kind}_ratio_low"), point.get(f"{kind}_ratio_high")
     spread = "" if low is None or high is None or low == high else f" ({low:.2f}–{high:.2f})"
     return f"{median:.2f}×{spread}"
+
+
+def depth_tables(frontier: dict[str, Any]) -> dict[str, Any] | None:
+    """How much depth was needed (``kernels.offline.frontier.depth_needed``) as the view
+    shows it: each rule setting's calibration against the settling loops, the oracle point
+    and the KV policies side by side, each with its peak KV in bytes people read, and by
+    difficulty the rows of every rule's default. None when the frontier has none."""
+    rows = [r for r in frontier.get("calibration") or [] if isinstance(r, dict)]
+    if not rows:
+        return None
+
+    def readable(points: Any) -> list[dict[str, Any]]:
+        good = [p for p in points or [] if isinstance(p, dict)]
+        return [p | {"peak_kv": byte_size(p.get("peak_kv_bytes"))} for p in good]
+
+    calibration = [row | {"label": f"{row['rule']} {row['setting']}"} for row in rows]
+    return {
+        "settling": frontier.get("settling") or {},
+        "levels": frontier.get("levels", "level"),
+        "calibration": calibration,
+        "by_level": [
+            level | {"label": row["label"]}
+            for row in calibration
+            if row.get("default")
+            for level in row.get("by_level") or []
+        ],
+        "oracle": readable(frontier.get("oracle")),
+        "policies": readable(frontier.get("policies")),
+    }

@@ -12,6 +12,7 @@ from typing import Any
 from django.urls import reverse
 
 from playground import charts
+from playground.calibration import calibration_display, run_calibration, token_settling
 from playground.checkpoints import default_model_name, model_get
 from playground.explain import AnswerMark, answer_marks, token_reasons
 from playground.forms import CompareForm
@@ -81,6 +82,21 @@ class RunView:
         return reverse("playground:run-compare-start", kwargs={"run_id": self.run.id})
 
     @property
+    def full_depth_url(self) -> str:
+        return reverse("playground:run-full-depth", kwargs={"run_id": self.run.id})
+
+    @property
+    def branch_url(self) -> str:
+        return reverse("playground:run-branch", kwargs={"run_id": self.run.id})
+
+    @property
+    def settled(self) -> bool:
+        """Every stored position has its settling loop (no full-depth sibling needed)."""
+        return bool(self.tokens) and all(
+            token_settling(event, self.loops) is not None for event in self.tokens
+        )
+
+    @property
     def tokens_url(self) -> str:
         return reverse("api:run-tokens", kwargs={"id": self.run.id})
 
@@ -117,6 +133,7 @@ class RunView:
             "api_url": reverse("api:run-detail", kwargs={"id": self.run.id}),
             "tokens_url": self.tokens_url,
             "stop_url": self.stop_url,
+            "branch_url": self.branch_url,
             "loops": self.loops,
             "trained_loops": self.trained_loops,
             "stats": self.run.stats or None,
@@ -231,6 +248,7 @@ def stats_display(view: RunView) -> dict[str, str]:
         "tokens_per_s": _number(stats.get("tokens_per_s"), "{:.1f}"),
         "ttft": _milliseconds(stats.get("time_to_first_token_s")),
         "peak_kv": byte_size(stats.get("peak_kv_bytes", work.get("peak_kv_bytes"))),
+        "calibration": calibration_display(run_calibration(tokens, view.loops)),
     }
     return display
 

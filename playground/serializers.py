@@ -73,6 +73,16 @@ class RunCreateSerializer(serializers.Serializer):
         return super().get_fields() | run_param_fields()
 
 
+class RunBranchSerializer(serializers.Serializer):
+    """A branch of a run (``services.run_branch_submit``): which generated position takes
+    which other token."""
+
+    position = serializers.IntegerField(min_value=0, help_text="a generated position")
+    token_id = serializers.IntegerField(
+        min_value=0, help_text="the token to put there instead (an id of the model's)"
+    )
+
+
 class RunSerializer(serializers.ModelSerializer):
     url = serializers.CharField(source="get_absolute_url", read_only=True)
     api_url = serializers.SerializerMethodField()
@@ -150,8 +160,15 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
         "model": first.model,
         "mode": comparison.mode,
         "divergence": comparison.divergence,
+        "branch": comparison.branch,
         "deepest": comparison.runs[comparison.deepest].view.id,
-        "runs": [_compared_run_data(item) for item in comparison.runs],
+        "settled": None
+        if comparison.settled is None
+        else comparison.runs[comparison.settled].view.id,
+        "runs": [
+            _compared_run_data(item) | {"calibration": _calibration(comparison, i)}
+            for i, item in enumerate(comparison.runs)
+        ],
         "positions": [
             {
                 "position": position.position,
@@ -159,6 +176,7 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
                 "same_token": position.same_token,
                 "compared": position.compared,
                 "difference": position.difference,
+                "settling_loop": comparison.settling(position),
                 "runs": [
                     None
                     if token is None
@@ -203,6 +221,12 @@ def comparison_rows(comparison: Comparison) -> Iterator[list[Any]]:
                 position.compared,
                 "" if vs_deepest is None else vs_deepest,
             ]
+
+
+def _calibration(comparison: Comparison, index: int) -> dict[str, Any] | None:
+    """Run ``index``'s exits against the full-depth run's settling loops, as counts."""
+    found = comparison.calibration(index)
+    return None if found is None else found.as_dict()
 
 
 def _compared_run_data(item: Compared) -> dict[str, Any]:

@@ -25,13 +25,17 @@ from django.utils import timezone
 from kernels.params import RunParams
 from loopatlas.locks import transaction_serialised
 from playground import selectors, streams
+from playground.branching import BRANCH_OF, BranchError, branch_make
 from playground.checkpoints import ModelInfo, default_model_name, model_get, prompt_token_count
 from playground.models import Run, RunToken
 from playground.siblings import (
     COMPARE_SIBLINGS,
+    FREE_RUNNING,
     MODES,
     SAME_TEXT,
     TEXT_OF,
+    full_depth_variant,
+    run_settings,
     sibling_params,
 )
 from playground.visitors import secret_hash
@@ -152,6 +156,7 @@ def run_submit(
     owner_secret: str = "",
     compare_of: Run | None = None,
     same_text: bool = False,
+    branch: dict[str, Any] | None = None,
     **params: Any,
 ) -> Run:
     """Validate, create a queued run and enqueue its generation once this commits.
@@ -161,9 +166,11 @@ def run_submit(
     ``PLAYGROUND_VISITOR_ACTIVE`` active-run slots (``selectors.run_active_counts``: a run
     started to compare with ``compare_of`` shares that run's slot, and a run has at most
     ``COMPARE_SIBLINGS`` such siblings of one visitor or address active), so a fresh
-    cookie buys no slot. ``owner_secret`` (a session's secret or an API cancel token) is
-    what stopping the run will need, stored as its hash. The other keyword arguments are
-    those of ``run_params_clean`` (``model`` by name, default the first configured).
+    cookie buys no slot. ``branch`` (``branching.BRANCH_OF``) records where a branch of
+    ``compare_of`` took another token. ``owner_secret`` (a session's secret or an API
+    cancel token) is what stopping the run will need, stored as its hash. The other
+    keyword arguments are those of ``run_params_clean`` (``model`` by name, default the
+    first configured).
     Raises ``ValidationError`` naming the bad fields, ``VisitorLimit``, and ``QueueFull``
     when ``PLAYGROUND_MAX_QUEUED`` runs are queued or running. The limits are counted and
     the run created under ``_submits_serialised``: concurrent submits cannot all pass.
@@ -171,6 +178,8 @@ def run_submit(
     model, run_params = run_params_clean(prompt=prompt, **params)
     if same_text and compare_of is not None:  # scored on compare_of's text, not sampled
         run_params[TEXT_OF] = str(compare_of.id)
+    if branch is not None:
+        run_params[BRANCH_OF] = branch
     with transaction.atomic():
         _submits_serialised()
         refusal = _limit_refusal(visitor=visitor, address=address, joining=compare_of)
@@ -286,6 +295,59 @@ def run_compare_submit(
         )
         for variant in variants
     ]
+
+
+def run_full_depth_submit(
+    *, run: Run, visitor: str = "", address: str = "", owner_secret: str = ""
+) -> Run:
+    """ "Compare with full depth": a sibling of ``run`` computing every loop of every
+    position (``siblings.full_depth_variant``), whose settling loops the compare view sets
+    against ``run``'s exits. Scored on ``run``'s text once it has ended (every position
+    compares), free-running while it runs; limits and ownership as any sibling's."""
+    ended = run.status in (Run.Status.DONE, Run.Status.CANCELLED)
+    (sibling,) = run_compare_submit(
+        run=run,
+        variants=[full_depth_variant(run)],
+        mode=SAME_TEXT if ended else FREE_RUNNING,
+        visitor=visitor,
+        address=address,
+        owner_secret=owner_secret,
+    )
+    return sibling
+
+
+def run_branch_submit(
+    *,
+    run: Run,
+    position: int,
+    token_id: int,
+    visitor: str = "",
+    address: str = "",
+    owner_secret: str = "",
+) -> Run:
+    """Branch ``run`` at generated ``position``: a sibling with its settings whose prompt
+    is the run's tokens before ``position`` plus ``token_id`` (``branching.branch_make``).
+    Limits and ownership as any sibling's (``run_submit`` with ``compare_of``); raises
+    ``ValidationError`` naming ``position`` or ``token_id`` when the branch cannot be made."""
+    model = model_get(name=run.model)
+    if model is None or not model.available:
+        raise ValidationError({"model": [f"{run.model} is not available to branch from"]})
+    tokens = [token.data for token in selectors.run_tokens(run=run)]
+    try:
+        branch = branch_make(
+            prompt=run.prompt, model=model, tokens=tokens, position=position, token_id=token_id
+        )
+    except BranchError as exc:
+        raise ValidationError({exc.field: [str(exc)]}) from None
+    return run_submit(
+        prompt=branch.prompt,
+        visitor=visitor,
+        address=address,
+        owner_secret=owner_secret,
+        compare_of=run,
+        branch=branch.params(str(run.id)),
+        **run_settings(run) | {"model": run.model},
+    )
 
 
 def run_cancel(*, run: Run) -> Run:

@@ -32,7 +32,11 @@ PRESETS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     ),
     "kv-policies": (
         "three KV policies",
-        [{"kv_policy": policy} for policy in KV_POLICIES],
+        [{"kv_policy": policy} for policy in KV_POLICIES[:3]],
+    ),
+    "kv-reuse": (
+        "one K/V plane per position: exit loop's / loop 1's (Ouro's last- / first-step-only)",
+        [{"kv_policy": policy} for policy in ("exit-kv", "first-loop-kv")],
     ),
 }
 PARAM_NAMES = frozenset(field.name for field in fields(RunParams))
@@ -66,3 +70,9 @@ def preset_variants(run: Any, preset: str) -> list[dict[str, Any]]:
         if any(own.get(name) != value for name, value in variant.items())
     ]
     return others[:COMPARE_SIBLINGS]
+
+
+def full_depth_variant(run: Any) -> dict[str, Any]:
+    """What a full-depth sibling changes: every position runs all T loops (fixed at the
+    run's T) with a logit lens, so each position's settling loop is known."""
+    return {"exit_rule": "fixed", "fixed_loops": None, "top_k": max(run_settings(run)["top_k"], 1)}

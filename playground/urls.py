@@ -15,6 +15,12 @@ urlpatterns = [
         views.run_compare_start,
         name="run-compare-start",
     ),
+    path(
+        "playground/runs/<uuid:run_id>/full-depth/",
+        views.run_full_depth_start,
+        name="run-full-depth",
+    ),
+    path("playground/runs/<uuid:run_id>/branch/", views.run_branch_start, name="run-branch"),
     path("playground/compare/", views.run_compare, name="compare"),
     path("runs/<uuid:run_id>/events", events.run_events, name="run-events"),
 ]

@@ -1,5 +1,6 @@
 """Playground pages: the prompt page, a run's permalink, recent runs, Stop without JavaScript,
-"Compare with…" and the compare view of up to three runs, and the Frontier view.
+"Compare with…", "compare with full depth" and branching at a token, the compare view of
+up to three runs, and the Frontier view.
 
 Each view validates its input, calls one selector or service and renders. The prompt
 form posts here (htmx or a plain POST); its parameters go through the same serializer and
@@ -9,6 +10,7 @@ swapped region only.
 """
 
 import uuid
+from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseForbidden
@@ -19,10 +21,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from loopatlas.http import HtmxHttpRequest
 from playground import selectors, services
 from playground.checkpoints import model_catalog, model_frontier, model_get
-from playground.comparison import CompareError, runs_compare
+from playground.comparison import CompareError, UnknownRun, runs_compare
 from playground.forms import CompareForm, RunForm, model_initial
 from playground.frontier import (
     POINT_PARAMETER,
+    depth_tables,
     frontier_rows,
     point_find,
     point_label,
@@ -31,7 +34,7 @@ from playground.frontier import (
 )
 from playground.models import Run
 from playground.pages import RunView, run_context, run_view
-from playground.serializers import RunCreateSerializer
+from playground.serializers import RunBranchSerializer, RunCreateSerializer
 from playground.services import MAX_PROMPT_CHARS
 from playground.throttles import RunSubmitThrottle
 from playground.visitors import session_secret, visitor_address, visitor_of_session
@@ -124,25 +127,69 @@ def _submit(request: HtmxHttpRequest, form: RunForm) -> HttpResponse:
 @require_POST
 def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Start siblings of a run ("Compare with…") and open them in the compare view."""
-    run = selectors.run_get(run_id=run_id)
-    if run is None:
-        raise Http404("No such run.")
+    run = _run_or_404(run_id)
     form = CompareForm.for_run(run, request.POST)
-    throttle = RunSubmitThrottle()
     if not form.is_valid():
         errors = [
             f"{name}: {' '.join(map(str, messages))}" for name, messages in form.errors.items()
         ]
         return _compare_page(request, errors=errors, status=400)
     variants = form.variants(run)
-    if not throttle.allow_page_request(request, cost=len(variants)):  # one submit per run
+    return _siblings_start(
+        request,
+        run,
+        lambda **who: services.run_compare_submit(
+            run=run, variants=variants, mode=form.cleaned_data["mode"], **who
+        ),
+        cost=len(variants),  # one submit per run
+    )
+
+
+@require_POST
+def run_full_depth_start(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Compare with full depth: a sibling computing every loop, whose settling loops the
+    compare view sets against this run's exits."""
+    run = _run_or_404(run_id)
+    return _siblings_start(
+        request, run, lambda **who: [services.run_full_depth_submit(run=run, **who)]
+    )
+
+
+@require_POST
+def run_branch_start(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Branch a run at a token: a sibling with another token at a generated position,
+    opened in the compare view with the branch point marked."""
+    run = _run_or_404(run_id)
+    checked = RunBranchSerializer(data=request.POST)
+    if not checked.is_valid():
+        errors = [f"{name}: {' '.join(map(str, msgs))}" for name, msgs in checked.errors.items()]
+        return _compare_page(request, errors=errors, status=400)
+    return _siblings_start(
+        request,
+        run,
+        lambda **who: [services.run_branch_submit(run=run, **checked.validated_data, **who)],
+    )
+
+
+def _run_or_404(run_id: uuid.UUID) -> Run:
+    run = selectors.run_get(run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _siblings_start(
+    request: HttpRequest, run: Run, submit: Callable[..., list[Run]], cost: int = 1
+) -> HttpResponse:
+    """Start siblings of ``run`` for this session (``submit`` takes the visitor, its
+    address and the owner secret; ``cost`` submits of its rate), then open them with
+    ``run`` in the compare view."""
+    throttle = RunSubmitThrottle()
+    if not throttle.allow_page_request(request, cost=cost):
         return _compare_page(request, errors=[throttle.refusal(throttle.wait())], status=429)
     secret = session_secret(request, create=True)
     try:
-        siblings = services.run_compare_submit(
-            run=run,
-            variants=variants,
-            mode=form.cleaned_data["mode"],
+        siblings = submit(
             visitor=visitor_of_session(secret),
             address=visitor_address(request.META),
             owner_secret=secret,
@@ -152,9 +199,15 @@ def run_compare_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpRespon
     except services.BrokerUnavailable as exc:
         return _compare_page(request, errors=[str(exc)], status=503)
     except ValidationError as exc:
-        return _compare_page(request, errors=exc.messages, status=400)
+        return _compare_page(request, errors=_messages(exc), status=400)
     ids = ",".join(str(item.id) for item in [run, *siblings])
     return redirect(f"{reverse('playground:compare')}?runs={ids}")
+
+
+def _messages(error: ValidationError) -> list[str]:
+    if not hasattr(error, "error_dict"):
+        return error.messages
+    return [f"{name}: {' '.join(msgs)}" for name, msgs in error.message_dict.items()]
 
 
 @require_GET
@@ -162,6 +215,8 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
     """Up to three runs of one prompt side by side (``playground.comparison``)."""
     try:
         comparison = runs_compare(raw=request.GET.get("runs", ""))
+    except UnknownRun as exc:  # a well-formed id of no run: not found, as in the API
+        return _compare_page(request, errors=[str(exc)], status=404)
     except CompareError as exc:
         return _compare_page(request, errors=[str(exc)], status=400)
     context = {"comparison": comparison}
@@ -289,6 +344,8 @@ def frontier(request: HttpRequest) -> HttpResponse:
                 "pareto_rows": [row for row in rows if row["pareto"]],
                 "slug": f"frontier-{i}",
                 "data_id": f"frontier-{i}-data",
+                "depth": depth_tables(stored) if stored else None,
+                "depth_id": f"frontier-{i}-calibration",
             }
         )
     context = {"models": models, "all_points": request.GET.get("points") == "all"}

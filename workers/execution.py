@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from loopatlas.outage import DATABASE_ERRORS, database_unreachable
 from playground import selectors
+from playground.branching import BRANCH_OF
 from playground.checkpoints import model_get
 from playground.models import Run, RunToken
 from playground.recording import RunControl, TokenWriter, waiting_out_outage
@@ -117,7 +118,7 @@ def generation_params(run: Run) -> GenerationParams:
     """The engine's parameters for ``run`` (``extrapolate`` is the API's, not the engine's)."""
     from kernels.request import GenerationParams
 
-    ours = ("extrapolate", TEXT_OF)  # the API's and the playground's, not the engine's
+    ours = ("extrapolate", TEXT_OF, BRANCH_OF)  # the API's and the playground's, not the engine's
     values = {key: value for key, value in run.params.items() if key not in ours}
     try:
         return GenerationParams(**values).validate()

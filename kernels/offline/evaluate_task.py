@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,7 @@ from kernels.engine import Engine
 from kernels.generate import generate_stream
 from kernels.offline import tasks
 from kernels.request import GenerationParams
-from kernels.rules import ExitRule, Fixed, QExit
+from kernels.rules import ExitRule, Fixed, LoopSignals, QExit
 
 QS = (0.3, 0.5, 0.7, 0.9)
 EVAL_SEED = -1_000  # training batches use seeds >= 0, its validation -1 - seed
@@ -37,26 +38,38 @@ def solve(
     loops: int | None = None,
     policy: str = "best-available",
     batch: int = 128,
+    planned: Tensor | None = None,
 ) -> dict[str, Any]:
     """One rule over sequences ids (B, S+1) whose scored positions are mask (B, S): the
-    skipping engine's prefill of ids[:, :-1] predicting ids[:, 1:].
+    skipping engine's prefill of ids[:, :-1] predicting ids[:, 1:]. With ``planned``
+    (B, S), each position exits at the loop it names instead (``rule`` is not used): the
+    oracle exit of :mod:`kernels.offline.frontier`.
 
     Returns each scored position's correctness (``right``, (B, M)), per-sequence exact
     match over them (``solved``, (B,)), their top-1 accuracy and loss, each scored
     position's exit loop (``exit``, (B, M)), the mean exit loop of the other positions
     (``context_exit``: the prompt and the next queries), the executed fraction of
     full-depth token-loops (every position), the seconds per token of each batch's prefill and the
-    largest peak KV bytes of a batch.
+    largest peak KV bytes of a batch, and each scored position's top-1 (``pred``, (B, M)).
     """
     engine = Engine(loaded.model, rule, policy, loops=loops)
-    solved, rights, losses, exits, context, per_token_s = [], [], [], [], [], []
+    solved, rights, losses, exits, context, per_token_s, preds = [], [], [], [], [], [], []
     executed = full = peak = 0
-    for rows, rows_mask in zip(ids.split(batch), mask.split(batch), strict=True):
+    plans = [None] * len(ids) if planned is None else planned.split(batch)
+    for rows, rows_mask, plan in zip(ids.split(batch), mask.split(batch), plans, strict=False):
+        seeds = None
+        if plan is not None:  # a batch's plan; its rule tells rows apart by their seeds
+            # the engine reads a rule's name, needs_logits and exits, which it has
+            oracle = cast(ExitRule, PlannedExit(plan))
+            engine = Engine(loaded.model, oracle, policy, loops=loops)
+            seeds = list(range(len(rows)))
         start = time.perf_counter()
-        result = engine.prefill(rows[:, :-1])
+        result = engine.prefill(rows[:, :-1], seeds=seeds)
         per_token_s.append((time.perf_counter() - start) / rows_mask.numel())
         targets = rows[:, 1:]  # (b, S)
-        right = result.logits.argmax(-1) == targets  # (b, S)
+        pred = result.logits.argmax(-1)  # (b, S)
+        preds.append(pred[rows_mask].view(len(rows), -1))  # (b, M)
+        right = pred == targets  # (b, S)
         solved.append((right | ~rows_mask).all(-1))  # (b,)
         rights.append(right[rows_mask].view(len(rows), -1))  # (b, M)
         loss = F.cross_entropy(result.logits.float().transpose(1, 2), targets, reduction="none")
@@ -76,7 +89,21 @@ def solve(
         "executed_fraction": executed / full,
         "per_token_s": per_token_s,
         "peak_kv_bytes": peak,
+        "pred": torch.cat(preds),
     }
+
+
+@dataclass(frozen=True, eq=False)
+class PlannedExit:
+    """Each position exits at a loop chosen in advance, ``loops[row, position]`` (B, S),
+    the row read from the seed its prefill gives it (its index in the batch)."""
+
+    loops: Tensor
+    name = "oracle"
+    needs_logits = False
+
+    def exits(self, signals: LoopSignals) -> Tensor:
+        return (signals.t >= self.loops[signals.seed, signals.position]) | signals.last
 
 
 def accuracy(problems: list[tasks.Problem], run: dict[str, Any]) -> float:

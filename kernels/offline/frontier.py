@@ -10,6 +10,14 @@ each with its ratio to full depth measured in the same repeat: the median of sev
 repeats and their range) and peak KV bytes. Written
 to ``MODEL_DIR/frontier.json`` and ``frontier.csv`` (``--json PATH`` puts the JSON there,
 the CSV beside it); the playground's Frontier view only reads them.
+
+Beside the points, how much depth was really needed (:func:`depth_needed`): each scored
+position's *settling loop* (:mod:`kernels.settling`, from a run that computes every loop),
+the **oracle** point of each KV policy (every position exits at its settling loop), the
+**calibration** of each rule setting against it (exits after / at / before the settling
+loop, the wasted work, the early exits that changed the prediction; by difficulty for a
+task model), and the KV policies side by side at full depth and at the default q.
+``--depth-only`` recomputes just these into the stored JSON, without the latency sweep.
 """
 
 from __future__ import annotations
@@ -29,10 +37,12 @@ from torch import Tensor
 
 from kernels.checkpoint import LoadedModel, load_checkpoint
 from kernels.engine import Engine
-from kernels.offline import corpus, tasks
+from kernels.offline import corpus, hops, tasks
 from kernels.offline.evaluate import heldout_ids
 from kernels.offline.evaluate_task import EVAL_SEED, accuracy, solve
+from kernels.params import RunParams
 from kernels.rules import ACT, POLICIES, Convergence, ExitRule, Fixed, Ponder, QExit
+from kernels.settling import calibration, settling_loop
 
 QS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0)
 KL_THRESHOLDS = (1e-1, 1e-2, 1e-3, 1e-4)
@@ -204,6 +214,116 @@ def frontier(
     }
 
 
+DEFAULTS = RunParams()  # each rule's default setting, as the playground starts it
+
+
+def settling_loops(loaded: LoadedModel, ids: Tensor, batch: int = 32) -> tuple[Tensor, Tensor]:
+    """Every position's settling loop and its full-depth top-1, each (B, S), for sequences
+    ids (B, S+1): every loop computed (q = 1 under ``select``) with a one-wide logit lens."""
+    engine = Engine(loaded.model, QExit(1.0), "select", top_k=1)
+    settle, final = [], []
+    for rows in ids.split(batch):
+        result = engine.prefill(rows[:, :-1])
+        assert result.trace is not None  # top_k = 1 traces every loop
+        b, s = result.ids.shape
+        top1 = result.trace.top_ids[:, :, 0].T.tolist()  # (b*S, T)
+        settle.append(torch.tensor([settling_loop(t) for t in top1]).view(b, s))
+        final.append(result.logits.argmax(-1))  # (b, S)
+    return torch.cat(settle), torch.cat(final)
+
+
+def calibrate(
+    exits: Tensor, settle: Tensor, pred: Tensor, full: Tensor, levels: Tensor | None
+) -> dict[str, Any]:
+    """A rule's exits against the settling loops, over scored positions, each (B, M): the
+    shares after / at / before, the wasted work, and how many early exits changed the
+    prediction (top-1 ``pred`` against full depth's ``full``); by level (-1: none)."""
+    out: dict[str, Any] = calibration(
+        zip(exits.flatten().tolist(), settle.flatten().tolist(), strict=True)
+    ).as_dict()
+    early = exits < settle
+    changed = int((early & (pred != full)).sum())
+    out |= {
+        "before_changed": changed,
+        "before_changed_share": changed / out["before"] if out["before"] else 0.0,
+    }
+    if levels is not None:
+        out["by_level"] = [
+            {"level": level} | calibrate(exits[sel], settle[sel], pred[sel], full[sel], None)
+            for level in range(int(levels.max()) + 1)
+            if (sel := levels == level).any()
+        ]
+    return out
+
+
+def _summary(run: dict[str, Any], heldout: Heldout, full: Tensor) -> dict[str, Any]:
+    """A run's accuracy, top-1 agreement with full depth, exits, work and peak KV."""
+    return {
+        "accuracy": round(heldout.accuracy(run), 4),
+        "agreement": round((run["pred"] == full).float().mean().item(), 4),
+        "loss": round(run["loss"], 4),
+        "avg_exit": round(run["exit"].float().mean().item(), 3),
+        "executed_fraction": round(run["executed_fraction"], 4),
+        "peak_kv_bytes": run["peak_kv_bytes"],
+    }
+
+
+def depth_needed(
+    loaded: LoadedModel, heldout: Heldout, sweep: Sweep, *, q: float, batch: int = 32
+) -> dict[str, Any]:
+    """The settling loops and what the exit rules and KV policies make of them (module
+    doc). ``q``: the model's default q (its row is marked, as every rule's default)."""
+    ids, mask = heldout.ids, heldout.mask
+    b = len(ids)
+    settle_all, final = settling_loops(loaded, ids, batch)
+    settle, full = settle_all[mask].view(b, -1), final[mask].view(b, -1)  # (B, M)
+    problems = heldout.problems
+    levels = None if problems is None else tasks.position_levels(problems)
+    defaults = {f"q={q}", f"kl<{DEFAULTS.kl_threshold:g}", f"eps={DEFAULTS.act_eps}", "seed=0"}
+    rows = []
+    for rule, setting in rules(sweep, loaded.config.total_ut_steps):
+        run = solve(loaded, ids, mask, rule, batch=batch)
+        rows.append(
+            {"rule": rule.name, "setting": setting, "policy": "best-available"}
+            | {"default": setting in defaults}
+            | _summary(run, heldout, full)
+            | calibrate(run["exit"], settle, run["pred"], full, levels)
+        )
+    oracle = [
+        {"policy": policy}
+        | _summary(
+            solve(loaded, ids, mask, QExit(1.0), policy=policy, batch=batch, planned=settle_all),
+            heldout,
+            full,
+        )
+        for policy in sweep.policies
+    ]
+    policies = [
+        {"setting": f"q={x}", "policy": policy}
+        | _summary(solve(loaded, ids, mask, QExit(x), policy=policy, batch=batch), heldout, full)
+        for x in sorted({1.0, q}, reverse=True)
+        for policy in sweep.policies
+    ]
+    return {
+        "settling": {
+            "positions": int(settle.numel()),
+            "mean": round(settle.float().mean().item(), 3),
+            "histogram": torch.bincount(settle.flatten()).tolist()[1:],  # loops 1..T
+        },
+        "levels": "hops" if problems and isinstance(problems[0], hops.Problem) else "level",
+        "oracle": oracle,
+        "calibration": rows,
+        "policies": policies,
+    }
+
+
+def default_q(path: Path) -> float:
+    """The model's playground default q (``playground.json``), else the run default."""
+    page = path / "playground.json"
+    stored = json.loads(page.read_text()).get("defaults", {}) if page.exists() else {}
+    return float(stored.get("q", DEFAULTS.q))
+
+
 def write(result: dict[str, Any], json_path: Path) -> Path:
     """The JSON at ``json_path`` and the points as CSV beside it; returns the CSV path."""
     json_path.write_text(json.dumps(result, indent=1) + "\n")
@@ -221,15 +341,26 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("path", type=Path, help="a trained model directory")
     parser.add_argument("--json", type=Path, help="default MODEL_DIR/frontier.json")
-    parser.add_argument("--size", type=int, default=256, help="held-out sequences")
+    parser.add_argument(
+        "--size", type=int, help="held-out sequences (default 256; --depth-only: as stored)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=REPEATS, help="latency measurements")
+    parser.add_argument(
+        "--depth-only",
+        action="store_true",
+        help="recompute only the settling loops, oracle, calibration and KV policies",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.path, device="cpu")
-    heldout = heldout_data(args.path, loaded, args.size)
-    result = frontier(loaded, heldout, Sweep(), repeats=args.repeats)
-    csv_path = write(result, args.json or args.path / "frontier.json")
+    json_path = args.json or args.path / "frontier.json"
+    stored = json.loads(json_path.read_text()) if args.depth_only else None
+    size = args.size or (stored["sequences"] if stored else 256)
+    heldout = heldout_data(args.path, loaded, size)
+    result = stored or frontier(loaded, heldout, Sweep(), repeats=args.repeats)
+    result |= depth_needed(loaded, heldout, Sweep(), q=default_q(args.path))
+    csv_path = write(result, json_path)
     print(f"{len(result['points'])} points -> {csv_path.with_suffix('.json')}, {csv_path}")
 
 

@@ -140,8 +140,52 @@ function sortable(table) {
   });
 }
 
+// Gate calibration: per rule setting, the shares of positions exiting after / at / before
+// their settling loop, stacked to 1 (the rows come from the page, as the points do).
+const SHARES = [
+  ["after_share", "after settling (loops run for nothing)", "#d4a72c"],
+  ["at_share", "at the settling loop (the oracle)", "#2da44e"],
+  ["before_share", "before settling (may change the prediction)", "#cf222e"],
+];
+
+function drawCalibration(chart) {
+  const data = document.getElementById(chart.dataset.calibration);
+  if (!data || !window.Plotly) return;
+  const rows = JSON.parse(data.textContent);
+  const labels = rows.map((r) => r.label + (r.default ? " ★" : ""));
+  const traces = SHARES.map(([key, name, color]) => ({
+    name,
+    type: "bar",
+    orientation: "h",
+    y: labels,
+    x: rows.map((r) => r[key]),
+    marker: { color },
+    text: rows.map(
+      (r) =>
+        `${r.label}: ${(100 * r[key]).toFixed(1)}%<br>wasted work ${(100 * r.wasted_share).toFixed(1)}%` +
+        `<br>early exits that changed the prediction: ${r.before_changed} of ${r.before}`,
+    ),
+    textposition: "none",
+    hovertemplate: "%{text}<extra></extra>",
+  }));
+  window.Plotly.newPlot(
+    chart,
+    traces,
+    {
+      barmode: "stack",
+      height: 120 + 22 * rows.length,
+      margin: { t: 10, r: 10, b: 40, l: 120 },
+      xaxis: { title: { text: "share of scored positions" }, range: [0, 1] },
+      yaxis: { autorange: "reversed", automargin: true },
+      legend: { orientation: "h", y: -0.12, yanchor: "top" },
+    },
+    { displaylogo: false, responsive: true },
+  );
+}
+
 function drawAll() {
   document.querySelectorAll("[data-frontier]").forEach(draw);
+  document.querySelectorAll("[data-calibration]").forEach(drawCalibration);
 }
 
 document.querySelectorAll("table[data-sortable]").forEach(sortable);

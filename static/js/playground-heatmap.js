@@ -58,7 +58,7 @@ export class Heatmap {
   }
 
   column(event) {
-    const [computedCells, skipped, exits] = this.figure.data;
+    const [computedCells, skipped, exits, , settling] = this.figure.data;
     const computed = new Map(event.loops.map((row) => [row.loop, row]));
     const label = `#${event.position} ${quoted(event.text)} (${event.phase})`;
     computedCells.x.push(event.position);
@@ -84,6 +84,13 @@ export class Heatmap {
     exits.y.push(event.exit_loop);
     exits.hovertext.push(`${label}: exits at loop ${event.exit_loop}`);
     exits.customdata.push(tickText(event.text));
+    const settle = event.settling_loop;
+    if (settling && settle !== null && settle !== undefined) {
+      settling.showlegend = true;
+      settling.x.push(event.position);
+      settling.y.push(settle);
+      settling.hovertext.push(`${label}: its top-1 settles at loop ${settle} (exit at ${event.exit_loop})`);
+    }
     if (event.phase === "generated" && !this.hasBoundary) {
       this.hasBoundary = true;
       this.figure.layout.shapes.push({

@@ -49,6 +49,10 @@ export class TokenText {
       if (!container.contains(event.relatedTarget)) this.hide();
     });
     container.addEventListener("keydown", (event) => this.key(event));
+    container.addEventListener("click", (event) => {
+      const span = event.target.closest?.(".tok");
+      if (span) this.onChoose?.(Number(span.dataset.position));
+    });
   }
 
   add(events) {
@@ -101,6 +105,10 @@ export class TokenText {
     const moves = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: spans.length - 1 };
     if (event.key === "Escape") {
       this.hide();
+      return;
+    }
+    if (event.key === "Enter") {
+      this.onChoose?.(Number(event.target.dataset.position));
       return;
     }
     if (!(event.key in moves)) return;
@@ -214,6 +222,25 @@ export class Stats {
       tokens_per_s: Number.isFinite(perSecond) ? perSecond : null,
       time_to_first_token_s: generated.length ? generated[0].elapsed_s : null,
     });
+  }
+
+  // The exits against the settling loops the events carry (playground/calibration.py).
+  calibration(events) {
+    const pairs = events
+      .filter((event) => event.settling_loop !== null && event.settling_loop !== undefined)
+      .map((event) => [event.exit_loop, event.settling_loop]);
+    if (!pairs.length) return;
+    const after = pairs.filter(([exit, settle]) => exit > settle);
+    const at = pairs.filter(([exit, settle]) => exit === settle).length;
+    const wasted = after.reduce((sum, [exit, settle]) => sum + exit - settle, 0);
+    const executed = pairs.reduce((sum, [exit]) => sum + exit, 0);
+    const share = (count) => `${((100 * count) / pairs.length).toFixed(0)}%`;
+    this.set(
+      "calibration",
+      `after ${share(after.length)} · at ${share(at)} · before ${share(pairs.length - after.length - at)} ` +
+        `of ${pairs.length} positions; ${grouped(wasted)} loops past settling ` +
+        `(${((100 * wasted) / executed).toFixed(1)}% of the executed loops)`,
+    );
   }
 
   show(stats) {

@@ -3,6 +3,7 @@
 // heatmap figure as json_script. This module replays what is stored, then follows the
 // run's server-sent events (playground-stream.js) until `done` or `error`, batching the
 // DOM and Plotly updates to one per animation frame.
+import { BranchPanel } from "./playground-branch.js";
 import { Heatmap } from "./playground-heatmap.js";
 import { FINISHED, followRun, STATUS_LABELS } from "./playground-stream.js";
 import { shade, Stats, TokenText } from "./playground-tokens.js";
@@ -33,6 +34,11 @@ class RunFollower {
     this.heatmap.onHover = (position) => this.text.show(position);
     this.heatmap.onClick = (position) => this.text.span(position)?.focus();
     this.heatmap.onUnhover = () => this.text.hide();
+    const panel = region.querySelector("#branch-panel");
+    if (panel) {
+      const branch = new BranchPanel(panel);
+      this.text.onChoose = (position) => branch.open(position, this.text.events);
+    }
     this.stats = new Stats(region.querySelector("#stats"), this.loops);
     this.legend(region.querySelector("#depth-legend"));
     this.receive(stored);
@@ -93,6 +99,7 @@ class RunFollower {
     this.text.add(batch);
     this.heatmap.add(batch);
     if (!this.state.stats) this.stats.live(this.events);
+    this.stats.calibration(this.events);
   }
 
   status(status, note = "") {

@@ -7,7 +7,9 @@ over an explicit dict of K/V entries. A token at loop t sees an earlier token j 
 - select: j's own loop-t K/V (every token computes every loop);
 - best-available: j's K/V from loop min(t, e_j), where e_j is j's exit loop;
 - recompute-kv: j's loop-t K/V if t <= e_j, else j's frozen exit state through the
-  layer's K/V projections.
+  layer's K/V projections;
+- exit-kv: j's loop-e_j K/V at every loop;
+- first-loop-kv: j's loop-1 K/V at every loop, and the token sees itself at loop 1 too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class NaiveRun:
             return self.kv[(j, t, layer)]
         if self.policy == "best-available":
             return self.kv[(j, min(t, self.depth[j]), layer)]
+        if self.policy == "exit-kv":
+            return self.kv[(j, self.depth[j], layer)]
+        if self.policy == "first-loop-kv":
+            return self.kv[(j, 1, layer)]
         assert self.policy == "recompute-kv"
         return self.kv[(j, t, layer)] if t <= self.depth[j] else self.frozen[(j, layer)]
 
@@ -62,7 +68,8 @@ class NaiveRun:
 
                 def attend(q, k, v, t=t, layer_index=layer_index):  # (1, heads, d)
                     self.kv[(i, t, layer_index)] = (k[0], v[0])
-                    entries = [self.seen(j, t, layer_index) for j in range(i)] + [(k[0], v[0])]
+                    own = self.kv[(i, 1 if self.policy == "first-loop-kv" else t, layer_index)]
+                    entries = [self.seen(j, t, layer_index) for j in range(i)] + [own]
                     keys = torch.stack([e[0] for e in entries])  # (n, nkv, d)
                     values = torch.stack([e[1] for e in entries])
                     group = q.shape[1] // keys.shape[1]

@@ -28,6 +28,11 @@ REQUESTS = {
         GenerationParams(max_new_tokens=7, q=0.5, kv_policy="recompute-kv", loops=5),
     ),
     "select": ("return", GenerationParams(max_new_tokens=3, q=0.5, kv_policy="select", top_k=2)),
+    "exit-kv": ("while x:", GenerationParams(max_new_tokens=5, q=0.6, kv_policy="exit-kv")),
+    "first-loop": (
+        "print(",
+        GenerationParams(max_new_tokens=5, q=0.6, kv_policy="first-loop-kv", top_k=2),
+    ),
 }
 MARGIN = 1e-4
 
@@ -97,14 +102,20 @@ def reference(ouro_tiny):
 
 @pytest.mark.parametrize("chunk", [2, PREFILL_CHUNK])
 def test_batched_runs_equal_the_same_runs_alone(ouro_tiny, reference, chunk):
-    # given six requests on different rules, policies, loop caps, samplers and budgets,
+    # given eight requests on different rules, policies, loop caps, samplers and budgets,
     # three rows, and requests joining mid-batch (some wait for a row to free up), their
     # prompts prefilled `chunk` positions per step (2: every prompt in several chunks)
     batch = ContinuousBatch(ouro_tiny, max_rows=3, prefill_chunk=chunk)
 
     # when
     events, summaries, steps = drive(
-        batch, {0: ["greedy", "sampled"], 3: ["fixed", "converge"], 7: ["recompute", "select"]}
+        batch,
+        {
+            0: ["greedy", "sampled"],
+            3: ["fixed", "converge"],
+            7: ["recompute", "select"],
+            9: ["exit-kv", "first-loop"],
+        },
     )
 
     # then every run streamed what it streams alone, and left with the same summary

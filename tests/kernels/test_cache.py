@@ -522,3 +522,51 @@ def test_a_new_cache_holds_its_terminal_kv_a_byte_per_exit_and_no_entries() -> N
     assert cache.live_bytes == cache.peak_bytes == kv + batch * capacity + batch * 8
     # and no entries yet, in no loop store
     assert cache.entries() == 0 and cache.loops == [None] * (loops - 1)
+
+
+@pytest.mark.parametrize("policy", ["exit-kv", "first-loop-kv"])
+@pytest.mark.parametrize("q", [0.5, 1.0])
+def test_one_plane_policies_peak_at_the_terminal_store_whatever_the_depths(
+    ouro_tiny, reference, policy, q
+):
+    # given a ragged batch of 16 and 9 positions with room for 6 decoded tokens each
+    ids = reference["input_ids"]
+    rows = [ids[0].tolist(), ids[1, :9].tolist()]
+    engine = Engine(ouro_tiny.model, QExit(q), policy)
+    cfg = ouro_tiny.model.config
+    capacity, batch = 16 + 6, 2
+    plane = cfg.num_hidden_layers * batch * capacity * cfg.kv_heads * cfg.head_size * 4
+    layout = 2 * plane + batch * capacity + batch * 8  # K and V; exit loop; row lengths
+
+    # when prefilled: the terminal store is all it holds, at every depth
+    prefill = engine.prefill(rows, reserve=6)
+    cache = prefill.kept_cache()
+
+    # then one entry per position, no loop store, and the peak is that layout exactly
+    assert cache.entries() == 16 + 9 and cache.loops == [None] * 3
+    assert cache.live_bytes == cache.peak_bytes == layout == allocated_bytes(cache)
+
+    # and decoding stores one entry per token, adding only each step's mask (rows x its
+    # width in float32) to the peak: at most both rows at the widest step
+    records = decode_all(engine, prefill, 6)
+    widest = max(r.position for r in records) + 1
+    assert cache.entries() == 16 + 9 + len(records) and cache.loops == [None] * 3
+    assert cache.live_bytes == layout
+    assert layout + widest * 4 <= cache.peak_bytes <= layout + 2 * widest * 4
+    if q < 1.0:  # the same run under best-available keeps loop stores beyond that
+        best = Engine(ouro_tiny.model, QExit(q)).prefill(rows, reserve=6).kept_cache()
+        assert best.peak_bytes > layout
+
+
+def test_exit_kv_and_first_loop_kv_see_other_kv_than_best_available(ouro_tiny, reference):
+    # given early exits, so loops past a position's exit exist to be read differently
+    ids = reference["input_ids"]
+    outs = {
+        policy: Engine(ouro_tiny.model, QExit(0.5), policy).prefill(ids).logits
+        for policy in ("best-available", "exit-kv", "first-loop-kv")
+    }
+
+    # then each policy's outputs differ from the others' beyond rounding
+    assert not torch.allclose(outs["exit-kv"], outs["best-available"], atol=1e-3)
+    assert not torch.allclose(outs["first-loop-kv"], outs["best-available"], atol=1e-3)
+    assert not torch.allclose(outs["first-loop-kv"], outs["exit-kv"], atol=1e-3)

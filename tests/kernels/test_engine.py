@@ -13,7 +13,8 @@ from kernels.scheduler import PrefillSchedule
 from kernels.work import WorkCount
 from tests.kernels.naive import naive_generate
 
-POLICIES = ["best-available", "select", "recompute-kv"]
+FULL_DEPTH_POLICIES = ["best-available", "select", "recompute-kv"]  # q = 1 is the reference
+POLICIES = [*FULL_DEPTH_POLICIES, "exit-kv", "first-loop-kv"]
 RULES: list[ExitRule] = [QExit(0.5), QExit(0.8), Convergence(0.01), Fixed(2), Ponder(), ACT(0.05)]
 ATOL = 1e-5
 
@@ -34,7 +35,7 @@ def prompts(reference):
 
 
 # -- full depth equals the reference -----------------------------------------------------
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", FULL_DEPTH_POLICIES)
 def test_q_one_reproduces_the_reference_full_depth(ouro_tiny, reference, policy):
     # when
     result = Engine(ouro_tiny.model, QExit(1.0), policy).prefill(reference["input_ids"])
@@ -45,7 +46,7 @@ def test_q_one_reproduces_the_reference_full_depth(ouro_tiny, reference, policy)
     assert (result.exit_loop == 4).all()
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", FULL_DEPTH_POLICIES)
 def test_q_one_reproduces_the_reference_greedy_generation(ouro_tiny, reference, policy):
     engine = Engine(ouro_tiny.model, QExit(1.0), policy)
     prompt = reference["gen_prompt_ids"]

@@ -4,6 +4,7 @@ import pytest
 
 from kernels.generate import generate_stream
 from kernels.request import GenerationParams
+from kernels.settling import settling_loop
 
 PROMPT = "def loop(x):"
 
@@ -149,3 +150,19 @@ def test_a_prompt_and_new_tokens_beyond_the_models_positions_are_refused(ouro_ti
     prompt = "x" * 400  # byte-level: 400 tokens, + 200 new > the 512 positions
     with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
         generate_stream(ouro_tiny, prompt, GenerationParams(max_new_tokens=200))
+
+
+def test_full_depth_events_carry_their_settling_loop(ouro_tiny):
+    # given every loop computed, with a lens, and a run that skips loops
+    full, _ = run(ouro_tiny, GenerationParams(max_new_tokens=4, q=1.0, top_k=2))
+    skipping, _ = run(ouro_tiny, GenerationParams(max_new_tokens=4, q=0.5, top_k=2))
+    blind, _ = run(ouro_tiny, GenerationParams(max_new_tokens=2, q=1.0, top_k=0))
+
+    # then each full-depth position's settling loop is that of its per-loop top-1
+    for event in full:
+        top1 = [entry["top"][0][0] for entry in event["loops"]]
+        assert event["settling_loop"] == settling_loop(top1)
+    # and where a loop was skipped, or no lens ran, nothing is claimed
+    partial = [e for e in skipping if e["loops_computed"] < len(full[0]["loops"])]
+    assert partial and all(e["settling_loop"] is None for e in partial)
+    assert all(e["settling_loop"] is None for e in blind)

@@ -9,7 +9,7 @@ from kernels.checkpoint import load_checkpoint
 from kernels.engine import Engine
 from kernels.offline.host_reads import count_host_reads
 from kernels.request import GenerationParams
-from kernels.rules import ACT, Convergence, Fixed, Ponder, QExit
+from kernels.rules import ACT, POLICIES, Convergence, Fixed, Ponder, QExit
 from kernels.runner import StepRunner
 from tests.kernels.naive import naive_generate
 from tests.kernels.test_runner import PROMPTS, SETTINGS, assert_rows_equal, run
@@ -26,7 +26,7 @@ def on_gpu(fixture_dir):
     return load_checkpoint(fixture_dir, device="cuda")
 
 
-@pytest.mark.parametrize("policy", ["best-available", "select", "recompute-kv"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("rule", [QExit(0.6), Convergence(1e-2), Fixed(2), Ponder(), ACT(0.3)])
 def test_the_engine_equals_the_naive_reference_on_the_device(on_gpu, policy, rule):
     prompt = list(on_gpu.tokenizer.encode(PROMPTS[0]))

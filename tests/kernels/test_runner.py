@@ -150,3 +150,38 @@ def test_the_packed_attention_step_equals_the_per_row_one(ouro_tiny):
     # then every row computed the same (logits within 1e-5)
     for r in range(len(prompts)):
         assert_rows_equal((got[0][r], got[1][r]), (want[0][r], want[1][r]))
+
+
+# the one-plane policies beside the others: exit-kv prefills one position per chunk
+ONE_PLANE = [
+    RowSettings(QExit(0.6), kv_policy("exit-kv"), 4, 5, lens=3),
+    RowSettings(Ponder(), kv_policy("first-loop-kv"), 5, 4, seed=2, lens=1),
+    RowSettings(Fixed(2), kv_policy("best-available"), 3, 4, lens=0),
+    RowSettings(ACT(0.3), kv_policy("first-loop-kv"), 6, 3, lens=2),
+    RowSettings(Convergence(1e-2), kv_policy("exit-kv"), 4, 5, lens=5),
+]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_one_plane_policies_share_steps_with_the_others_and_equal_each_row_alone(ouro_tiny, packed):
+    # given one runner (its decode attention per row, or packed in one call a step) and
+    # rows of exit-kv and first-loop-kv beside best-available, at different loops and caps
+    prompts = [list(ouro_tiny.tokenizer.encode(p)) for p in PROMPTS]
+    runner = StepRunner(ouro_tiny.model, loops=6, top_k=5, trace=True)
+    runner.packed_attention = packed
+
+    # when prefilled in one state and decoded in one batch, and each row alone
+    prompt_rows, generated = run(runner, prompts, ONE_PLANE, 1)
+    alone = [run(runner, [p], [s], 1) for p, s in zip(prompts, ONE_PLANE, strict=True)]
+
+    # then each row computed what it computes alone, and what its own engine computes
+    for r, (rows, gen) in enumerate(alone):
+        assert_rows_equal((prompt_rows[r], generated[r]), (rows[0], gen[0]))
+    for r, (prompt, s) in enumerate(zip(prompts, ONE_PLANE, strict=True)):
+        engine = Engine(
+            ouro_tiny.model, s.rule, s.policy.name, loops=s.n_loops, top_k=s.lens, seed=s.seed
+        )
+        prefill = engine.prefill([prompt], reserve=s.max_new_tokens, chunk=1)
+        assert torch.equal(prefill.exit_loop[0], prompt_rows[r][0])
+        records = list(engine.decode(prefill, max_new_tokens=s.max_new_tokens))
+        assert [(x.token_id, x.exit_loop) for x in records] == [(t, e) for t, e, _ in generated[r]]

@@ -314,3 +314,91 @@ def test_the_form_shows_its_result_where_the_eye_is(served, browser, width) -> N
         page.locator("#tokens .tok").first.wait_for()
     finally:
         page.close()
+
+
+def _finished(served: Stack, **params) -> dict:
+    run = served.submit(prompt="def add(a, b):", model="ouro-tiny", **params)
+    for event in served.events(run):
+        if event.get("event") in ("done", "error"):
+            break
+    return run
+
+
+def _branchable(stored: list[dict]) -> tuple[int, int]:
+    """A generated position whose prefix and some alternative are plain ASCII bytes (the
+    random tiny model writes any byte; half a character cannot be branched on)."""
+    for event in stored:
+        position = event["position"]
+        if event["phase"] != "generated":
+            continue
+        previous = stored[position - 1]
+        row = next(r for r in previous["loops"] if r["loop"] == previous["exit_loop"])
+        choices = [entry[0] for entry in row["top"][1:5] if entry[0] < 128]
+        choices = [choice for choice in choices if choice != event["token_id"]]
+        if choices:
+            return position, choices[0]
+        if event["token_id"] >= 128:
+            break
+    pytest.skip("the tiny model offered no ASCII alternative on an ASCII prefix")
+
+
+def test_a_branch_from_a_run_page_opens_the_compare_view_at_the_branch_point(served, page) -> None:
+    # given a finished run's page
+    run = _finished(served, q=0.7, max_new_tokens=12)
+    stored = served.get(run["tokens_url"]).json()
+    position, choice = _branchable(stored)
+    page.goto(f"{served.base}{run['url']}")
+    # when a generated token is clicked, its alternatives show, and one is chosen
+    page.locator(f'#tokens .tok[data-position="{position}"]').click()
+    panel = page.locator("#branch-panel")
+    panel.wait_for(state="visible")
+    assert f"Branch at #{position}" in panel.inner_text()
+    assert panel.locator(".branch-choice").count() >= 1
+    panel.locator(f'.branch-choice[value="{choice}"]').click()
+    # then the compare view opens on the run and its branch, the branch point marked
+    page.wait_for_url("**/playground/compare/?runs=*")
+    ids = page.url.split("runs=")[1].split(",")
+    assert ids[0] == run["id"] and len(ids) == 2
+    mark = page.locator("#branch-point")
+    assert mark.get_attribute("data-position") == str(position)
+    assert "branches from run A" in mark.inner_text()
+    assert page.locator(f"#depth-row th.branch-point:text-is('{position}')").count() == 1
+    # and once the branch has streamed, its tokens part from the run's exactly there
+    page.wait_for_function(
+        f"() => document.getElementById('divergence')?.dataset.position === '{position}'",
+        timeout=60_000,
+    )
+    branch = served.get(f"/api/v1/runs/{ids[1]}/tokens/").json()
+    assert [t["token_id"] for t in branch[:position]] == [t["token_id"] for t in stored[:position]]
+    assert branch[position]["token_id"] == choice
+    assert page.errors == []
+
+
+def test_a_full_depth_run_page_rings_each_settling_loop_and_gives_its_calibration(
+    served, page
+) -> None:
+    # given a q = 1 run (every loop of every position computed), its page opened at once
+    run = served.submit(prompt="def add(a, b):", model="ouro-tiny", q=1.0, max_new_tokens=32)
+    page.goto(f"{served.base}{run['url']}")
+    # when it streams to the end
+    page.wait_for_function(
+        "() => document.getElementById('run-status').textContent.startsWith('Done')",
+        timeout=60_000,
+    )
+    stored = served.get(run["tokens_url"]).json()
+    page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
+    # then the heatmap rings each position's settling loop beside its exit (◆ at 4)
+    settling = page.evaluate("document.getElementById('heatmap').data[4]")
+    assert settling["x"] == [token["position"] for token in stored]
+    assert all(1 <= loop <= 4 for loop in settling["y"])
+    assert page.evaluate("document.getElementById('heatmap').data[2].y") == [4] * len(stored)
+    # and the stats give the run's calibration; no full-depth sibling is offered
+    text = page.locator('[data-stat="calibration"]').inner_text()
+    assert text.startswith("after ") and f"of {len(stored)} positions" in text
+    # and a reload (the stored run, drawn by the server) shows the same
+    page.reload()
+    page.wait_for_function(f"() => {HEATMAP_COLUMNS} === {len(stored)}")
+    assert page.evaluate("document.getElementById('heatmap').data[4]")["y"] == settling["y"]
+    assert page.locator('[data-stat="calibration"]').inner_text() == text
+    assert page.locator("#full-depth-button").count() == 0
+    assert page.errors == []

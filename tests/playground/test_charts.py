@@ -11,7 +11,7 @@ from tests.playground.conftest import make_event
 def test_an_empty_figure_has_a_row_per_loop_and_no_columns() -> None:
     figure = heatmap_figure(loops=4)
     go.Figure(figure)  # plotly's own schema validation
-    computed, skipped, exits, legend = figure["data"]
+    computed, skipped, exits, legend, settling = figure["data"]
     assert computed["y"] == [1, 2, 3, 4] and computed["z"] == [[], [], [], []]
     assert (computed["zmin"], computed["zmax"]) == (0.5, 4.5)  # one colour band per loop
     assert skipped["name"] == "not computed" and exits["name"] == "exit loop"
@@ -31,7 +31,7 @@ def test_each_token_is_a_column_its_skipped_loops_grey_and_its_exit_marked() -> 
     figure = heatmap_figure(loops=3, tokens=events)
     # then
     go.Figure(figure)
-    computed, skipped, exits, _ = figure["data"]
+    computed, skipped, exits, _, _ = figure["data"]
     assert computed["x"] == skipped["x"] == exits["x"] == [0, 1, 2]
     assert computed["z"] == [[1, 3, 2], [None, 3, 2], [None, 3, None]]  # coloured by exit loop
     assert skipped["z"] == [[None, None, None], [1, None, None], [1, None, 1]]
@@ -105,3 +105,24 @@ def test_token_text_in_hover_is_escaped_for_plotly() -> None:
     hover = heatmap_figure(loops=2, tokens=[event])["data"][0]["hovertext"][0][0]
     assert "<b>" not in hover
     assert "“&lt;b&gt;x&lt;/b&gt;\\n”" in hover
+
+
+def test_full_depth_columns_ring_their_settling_loop_beside_the_exit() -> None:
+    # given a full-depth position (settles at 2, exits at 3) and one that skipped a loop
+    full = make_event(0, "generated", loops=3, exit_loop=3) | {"settling_loop": 2}
+    skipped = make_event(1, "generated", loops=3, exit_loop=1) | {"settling_loop": None}
+
+    # when
+    figure = heatmap_figure(loops=3, tokens=[full, skipped])
+
+    # then
+    go.Figure(figure)
+    exits, settling = figure["data"][2], figure["data"][4]
+    assert exits["y"] == [3, 1]
+    assert (settling["x"], settling["y"]) == ([0], [2]) and settling["showlegend"]
+    assert "settles at loop 2 (exit at 3)" in settling["hovertext"][0]
+
+
+def test_a_run_that_skips_loops_shows_no_settling_ring() -> None:
+    figure = heatmap_figure(loops=3, tokens=[make_event(0, loops=3, exit_loop=2)])
+    assert figure["data"][4]["x"] == [] and not figure["data"][4]["showlegend"]

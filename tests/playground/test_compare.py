@@ -48,6 +48,7 @@ def origin(run_factory) -> Run:
     [
         ("q", [{"q": 0.5}, {"q": 0.9}]),
         ("kv-policies", [{"kv_policy": "select"}, {"kv_policy": "recompute-kv"}]),
+        ("kv-reuse", [{"kv_policy": "exit-kv"}, {"kv_policy": "first-loop-kv"}]),
         (
             "exit-rules",
             [{"exit_rule": "convergence"}, {"exit_rule": "fixed", "fixed_loops": 4}],
@@ -261,6 +262,14 @@ def test_the_compare_api_answers_404_naming_a_well_formed_id_of_no_run(client, t
 
 
 @pytest.mark.django_db
+def test_the_compare_page_answers_404_naming_a_well_formed_id_of_no_run(client, three) -> None:
+    missing = str(uuid.UUID(int=7))
+    response = client.get(f"/playground/compare/?runs={three[0].id},{missing}")
+    assert response.status_code == 404
+    assert f"no run with id {missing}" in response.content.decode()
+
+
+@pytest.mark.django_db
 def test_the_compare_api_is_in_the_schema(client) -> None:
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     operation = schema["paths"]["/api/v1/runs/compare/"]["get"]
@@ -287,9 +296,9 @@ def test_the_compare_view_shows_heatmaps_rows_text_and_marks_rows_that_differ(
 
 @pytest.mark.django_db
 def test_the_compare_view_names_a_bad_request(client, run_factory) -> None:
-    response = client.get(f"/playground/compare/?runs={uuid.UUID(int=9)}")
+    response = client.get("/playground/compare/?runs=not-a-uuid")
     assert response.status_code == 400
-    assert "no run with id" in response.content.decode()
+    assert "is not a run id" in response.content.decode()
 
 
 @pytest.mark.django_db

@@ -34,10 +34,59 @@ POINTS = [
 ]
 
 
+def _calibration(setting: str, after: int, at: int, before: int, wasted: int) -> dict:
+    n = after + at + before
+    shares = {"after_share": after / n, "at_share": at / n, "before_share": before / n}
+    return {
+        "rule": "q-exit",
+        "setting": setting,
+        "policy": "best-available",
+        "default": setting == "q=0.5",
+        "accuracy": 0.8,
+        "executed_fraction": 0.5,
+        "positions": n,
+        "after": after,
+        "at": at,
+        "before": before,
+        "wasted_loops": wasted,
+        "executed_loops": 40,
+        "wasted_share": wasted / 40,
+        "before_changed": before // 2,
+    } | shares
+
+
+CALIBRATION = [_calibration("q=0.5", 4, 10, 6, 5), _calibration("q=1.0", 14, 6, 0, 30)]
+CALIBRATION[0]["by_level"] = [
+    {"level": 1} | _calibration("q=0.5", 1, 6, 3, 1),
+    {"level": 2} | _calibration("q=0.5", 3, 4, 3, 4),
+]
+DEPTH = {
+    "settling": {"positions": 20, "mean": 2.1, "histogram": [8, 5, 4, 3]},
+    "levels": "hops",
+    "calibration": CALIBRATION,
+    "oracle": [
+        {
+            "policy": p,
+            "agreement": a,
+            "accuracy": 0.9,
+            "executed_fraction": f,
+            "peak_kv_bytes": 4096,
+        }
+        for p, a, f in [("best-available", 0.97, 0.52), ("select", 1.0, 1.0)]
+    ],
+    "policies": [
+        {"setting": "q=1.0", "policy": p, "agreement": a, "accuracy": c, "executed_fraction": 1.0}
+        | {"peak_kv_bytes": kv}
+        for p, a, c, kv in [("best-available", 1.0, 0.9, 8192), ("exit-kv", 0.99, 0.89, 2048)]
+    ],
+}
+
+
 def with_frontier(tmp_path, name: str, metric: str) -> object:
     model = tmp_path / name
     shutil.copytree(TINY, model)
     data = {"metric": metric, "sequences": 8, "loops": 4, "latency": "median", "points": POINTS}
+    data |= DEPTH
     (model / "frontier.json").write_text(json.dumps(data))
     (model / "frontier.csv").write_text("rule,setting\nq-exit,q=0.5\n")
     (model / "playground.json").write_text(json.dumps({"summary": f"{name} in one line"}))
@@ -59,7 +108,8 @@ def test_the_page_lists_each_models_points_summary_and_csv(client, two_models):
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert html.count('class="frontier-chart"') == 2 * 2 and html.count("<tbody>") == 2
+    assert html.count('class="frontier-chart"') == 2 * 2
+    assert html.count('<table class="frontier-table"') == 2
     assert "task in one line" in html and "exact match" in html
     assert 'href="/playground/frontier/task.csv"' in html
     assert "No frontier stored for this model yet" in html  # the bare fixture
@@ -292,3 +342,60 @@ def test_clicking_a_point_opens_the_playground_with_its_setting(browser, live_se
         assert page.get_by_label("Model").input_value() == "text"
     finally:
         page.close()
+
+
+@pytest.mark.django_db
+def test_the_page_shows_each_models_calibration_oracle_and_kv_policies(client, two_models):
+    html = client.get("/playground/frontier/").content.decode()
+
+    # then each stored model has its calibration table, by hops, and the oracle rows
+    for slug in ("frontier-0", "frontier-1"):
+        section = html.split(f'id="{slug}"')[1].split("</section>\n</section>")[0]
+        assert f'id="{slug}-calibration"' in section  # the chart's rows (json_script)
+        assert "Gate calibration of" in section and "by hops" in section
+        assert 'q-exit q=0.5 <span class="badge">default</span>' in section
+        assert '<td data-label="after">20%</td>' in section  # 4 of 20 positions
+        assert '<td data-label="before, prediction changed">3 of 6</td>' in section
+        assert '<td data-label="agreement">0.9700</td>' in section  # the oracle's
+        assert "exit-kv" in section and "2.0 KiB" in section
+    assert "How much depth was needed" not in html.split('id="frontier-2"')[1]  # bare
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_draws_both_models_calibration_chart_and_table(browser, live_server, two_models):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{live_server.url}/playground/frontier/")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.calibration-chart .main-svg').length >= 2",
+            timeout=15_000,
+        )
+        charts = page.evaluate(
+            "[...document.querySelectorAll('.calibration-chart')].map(c => c.data.map("
+            "t => [t.name, t.y, t.x]))"
+        )
+        bars = page.locator(".calibration-chart .bars .point").count()
+        tables = [
+            page.locator(f"#frontier-{i} .calibration-table").first.locator("tbody tr").count()
+            for i in (0, 1)
+        ]
+        page.set_viewport_size({"width": 390, "height": 800})
+        page.wait_for_timeout(300)
+        width = page.evaluate("document.documentElement.scrollWidth")
+    finally:
+        page.close()
+
+    assert errors == []
+    assert len(charts) == 2
+    for chart in charts:  # after, at, before: each a share per setting, stacked to 1
+        assert [name.split(" ")[0] for name, _, _ in chart] == ["after", "at", "before"]
+        assert chart[0][1] == ["q-exit q=0.5 ★", "q-exit q=1.0"]
+        for i in range(2):
+            assert sum(x[i] for _, _, x in chart) == pytest.approx(1.0)
+        assert [x for _, _, x in chart][0] == [0.2, 0.7]
+    assert bars >= 2 * 5  # 3 traces x 2 settings per chart, the zero "before" bar may hide
+    assert tables == [2, 2]
+    assert width <= 390

@@ -25,7 +25,7 @@ AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c" 
 SMALL_ATLAS = Path(__file__).parents[1] / "atlas" / "data" / "works.yaml"
 # What has to be on the page before axe looks: charts drawn, Swagger UI's operations.
 READY = """() => {
-  const selector = '[data-frontier], #heatmap, [data-heatmap], #timeline';
+  const selector = '[data-frontier], [data-calibration], #heatmap, [data-heatmap], #timeline';
   const charts = [...document.querySelectorAll(selector)].filter((c) => c.offsetParent);
   const drawn = charts.every((chart) => chart.querySelector('.main-svg'));
   const swagger = document.getElementById('swagger-ui');
