@@ -3,7 +3,8 @@ applies them in the admin: each entry's pending proposal is found, edited to the
 fields where they differ, and accepted or rejected with the entry's public reason.
 
 Applying a file twice changes nothing the second time: a proposal already reviewed the
-same way is reported, not reviewed again.
+same way is reported, not reviewed again, with the fields in which the entry now differs
+from what was reviewed (a reviewed work changes by a suggestion, as any work does).
 """
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from atlas.proposals import ProposalInvalid, proposal_accept, proposal_check, pr
 from atlas.services import ReviewError
 
 STATUS_OF = {"accept": Proposal.Status.ACCEPTED, "reject": Proposal.Status.REJECTED}
-OUTCOMES = ("accepted", "rejected", "already", "not proposed", "failed")
+OUTCOMES = ("accepted", "rejected", "already", "differs", "not proposed", "failed")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ def proposal_of(decision: Decision) -> Proposal | None:
     return None
 
 
+def _differing(proposal: Proposal, data: dict[str, Any]) -> list[str]:
+    """The fields whose checked value in the entry is not the proposal's."""
+    try:
+        values = proposal_check(data)
+    except ProposalInvalid as exc:
+        return sorted(exc.errors)
+    return [name for name, value in values.items() if getattr(proposal, name) != value]
+
+
 def _edited(proposal: Proposal, data: dict[str, Any]) -> list[str]:
     """Set the proposal's fields to the entry's checked values; the names of those that
     differed (a curator's edit before acceptance)."""
@@ -83,7 +93,11 @@ def decision_apply(decision: Decision, *, reviewer: Any) -> Outcome:
         return Outcome(kind, "no proposal of it in the intake log")
     wanted = STATUS_OF[decision.decision]
     if proposal.status == wanted:
-        return Outcome("already", f"proposal #{proposal.pk} was already {wanted.label.lower()}")
+        text = f"proposal #{proposal.pk} was already {wanted.label.lower()}"
+        changed = _differing(proposal, decision.data)
+        if changed:  # a reviewed work changes by a suggestion or a curator's edit, not here
+            return Outcome("differs", f"{text}; the file now differs in {', '.join(changed)}")
+        return Outcome("already", text)
     if proposal.status != Proposal.Status.PENDING:
         return Outcome(
             "failed",

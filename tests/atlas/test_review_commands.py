@@ -55,7 +55,7 @@ def test_the_decisions_accept_and_reject_with_their_public_reasons(reviewed, cur
     assert lines[0].endswith(f": accepted: proposal #{spiral.pk} → {work.slug}")
     assert lines[1].endswith(f": rejected: proposal #{lstm.pk}: {lstm.review_note}")
     assert lines[2].endswith(": not proposed: no proposal of it in the intake log")
-    assert lines[-1] == "2 accepted, 1 rejected, 0 already, 1 not proposed, 0 failed"
+    assert lines[-1] == "2 accepted, 1 rejected, 0 already, 0 differs, 1 not proposed, 0 failed"
     assert lstm.status == Proposal.Status.REJECTED and lstm.reviewed_by_id == curator.pk
     assert lstm.review_note == "Out of scope: a recurrent network over time, not over depth."
     assert spiral.review_note == "In scope: one block iterated over depth."
@@ -98,8 +98,22 @@ def test_proposing_and_applying_the_review_again_changes_nothing(reviewed) -> No
         f"duplicate: skipped: proposal #{lstm.pk} (rejected) has the same source"
     )
     assert proposed[-1] == "0 proposed, 4 duplicate, 0 invalid"
-    assert again.splitlines()[-1] == "0 accepted, 0 rejected, 3 already, 1 not proposed, 0 failed"
+    assert (
+        again.splitlines()[-1]
+        == "0 accepted, 0 rejected, 3 already, 0 differs, 1 not proposed, 0 failed"
+    )
     assert (Work.objects.count(), Proposal.objects.count()) == (works, proposals)
+
+
+def test_an_entry_changed_after_its_review_is_reported_not_applied(reviewed, tmp_path) -> None:
+    entries = yaml.safe_load(REVIEW.read_text())
+    entries[0]["summary"] = "Iterates one shared block on puzzles. Deeper loops help."
+    changed = tmp_path / "review.yaml"
+    changed.write_text(yaml.safe_dump(entries), encoding="utf-8")
+    report = run("review_proposals", str(changed), "--reviewer", "curator").splitlines()
+    assert report[0].endswith("was already accepted; the file now differs in summary")
+    assert report[-1] == "0 accepted, 0 rejected, 2 already, 1 differs, 1 not proposed, 0 failed"
+    assert Work.objects.get(arxiv_id="2611.04321").summary != entries[0]["summary"]
 
 
 def test_an_entry_to_accept_without_a_proposal_fails_the_command(small_atlas, curator) -> None:
