@@ -64,20 +64,23 @@ def proposal_of(decision: Decision) -> Proposal | None:
     return None
 
 
+def _differences(proposal: Proposal, values: dict[str, Any]) -> list[str]:
+    return [name for name, value in values.items() if getattr(proposal, name) != value]
+
+
 def _differing(proposal: Proposal, data: dict[str, Any]) -> list[str]:
     """The fields whose checked value in the entry is not the proposal's."""
     try:
-        values = proposal_check(data)
+        return _differences(proposal, proposal_check(data))
     except ProposalInvalid as exc:
         return sorted(exc.errors)
-    return [name for name, value in values.items() if getattr(proposal, name) != value]
 
 
 def _edited(proposal: Proposal, data: dict[str, Any]) -> list[str]:
     """Set the proposal's fields to the entry's checked values; the names of those that
     differed (a curator's edit before acceptance)."""
     values = proposal_check(data)
-    changed = [name for name, value in values.items() if getattr(proposal, name) != value]
+    changed = _differences(proposal, values)
     for name in changed:
         setattr(proposal, name, values[name])
     if changed:
