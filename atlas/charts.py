@@ -16,9 +16,8 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from django.urls import reverse
-
 from atlas import taxonomy
+from atlas.models import work_path
 from atlas.selectors import AtlasMap, TimelineBucket, TimelinePoint
 
 TIMELINE_MAX_POINTS = 1000
@@ -75,7 +74,7 @@ def timeline_dots(points: list[TimelinePoint]) -> dict:
         trace["hovertext"].append(
             f"{point.month:%b %Y}" + (" (estimated)" if point.month_estimated else "")
         )
-        trace["customdata"].append(reverse("atlas:work", kwargs={"slug": point.slug}))
+        trace["customdata"].append(work_path(point.slug))
         trace["marker"]["symbol"].append("circle-open" if point.month_estimated else "circle")
     ordered = sorted(traces.items(), key=lambda item: _family_rank(item[0]))
     tallest = max(height.values(), default=0)
@@ -153,7 +152,7 @@ def mention_map(atlas_map: AtlasMap) -> dict:
         trace["y"].append(place[point.slug][1])
         trace["text"].append(escape(point.title, quote=False))
         trace["hovertext"].append(f"{point.month:%b %Y} · mentioned by {mentioned}")
-        trace["customdata"].append(reverse("atlas:work", kwargs={"slug": point.slug}))
+        trace["customdata"].append(work_path(point.slug))
         trace["marker"]["size"].append(min(40, 7 + 3 * mentioned))
     edges: dict[str, Any] = {
         "type": "scatter",

@@ -11,6 +11,7 @@ takes at most ``MAX_VALUES`` values (each topic adds a join; a few hundred overf
 database's expression depth), and a repeated value counts once.
 """
 
+import copy
 import re
 from datetime import date
 
@@ -41,6 +42,21 @@ def _not_allowed(param: str, value: str, allowed: list[str]) -> forms.Validation
     return forms.ValidationError(not_allowed(param, value, allowed))
 
 
+class CopiedShallow:
+    """A filter that a FilterSet copies shallowly. django-filter deep-copies every filter
+    for each FilterSet, that is for each request, and the deep copy of the choice lists
+    cost more than the API's page query; a filter here keeps no state of a request but its
+    ``parent``, which the FilterSet sets on its copy."""
+
+    method: object
+
+    def __deepcopy__(self, memo: dict) -> "CopiedShallow":
+        copied = copy.copy(self)
+        if self.method is not None:
+            copied.method = self.method  # a FilterMethod of its own, bound to the copy
+        return copied
+
+
 class VocabularyField(django_filters.fields.MultipleChoiceField):
     """Several values from a vocabulary; an unknown one is refused naming the allowed ones."""
 
@@ -53,6 +69,11 @@ class VocabularyField(django_filters.fields.MultipleChoiceField):
         if len(values) > MAX_VALUES:
             raise forms.ValidationError(f"at most {MAX_VALUES} values, not {len(values)}")
         return list(dict.fromkeys(values))  # a repeated value counts once
+
+    def __deepcopy__(self, memo: dict) -> "VocabularyField":
+        # A form copies its fields for each request; the vocabulary is the same for every
+        # one, so the copy shares it (ChoiceField's own copy would copy every choice).
+        return forms.Field.__deepcopy__(self, memo)
 
     def validate(self, value: list[str]) -> None:
         if not value:
@@ -70,11 +91,11 @@ class OrderingField(django_filters.fields.ChoiceField):
             raise _not_allowed("ordering", value, allowed)
 
 
-class OrderingFilter(django_filters.ChoiceFilter):
+class OrderingFilter(CopiedShallow, django_filters.ChoiceFilter):
     field_class = OrderingField
 
 
-class VocabularyFilter(django_filters.MultipleChoiceFilter):
+class VocabularyFilter(CopiedShallow, django_filters.MultipleChoiceFilter):
     """Any of the given values of one single-valued facet."""
 
     field_class = VocabularyField
@@ -115,7 +136,7 @@ class MonthField(forms.CharField):
 
 
 @extend_schema_field({"type": "string", "pattern": r"^(\d{4}(-\d{2})?)?$", "example": "2025-06"})
-class MonthFilter(django_filters.Filter):
+class MonthFilter(CopiedShallow, django_filters.Filter):
     field_class = MonthField
 
 
@@ -140,7 +161,7 @@ class SlugListField(forms.CharField):
 
 
 @extend_schema_field(OpenApiTypes.STR)
-class SlugListFilter(django_filters.Filter):
+class SlugListFilter(CopiedShallow, django_filters.Filter):
     field_class = SlugListField
 
     def filter(self, qs: QuerySet, value: list[str]) -> QuerySet:
@@ -157,6 +178,8 @@ class AuthorField(VocabularyField):
     too many to list: ``/api/v1/authors/?search=`` finds them)."""
 
     def validate(self, value: list[str]) -> None:
+        if not value:
+            return
         malformed = [slug for slug in value if not SLUG_RE.match(slug)]
         known = set(
             Author.objects.filter(slug__in=[s for s in value if s not in malformed]).values_list(
@@ -172,7 +195,7 @@ class AuthorField(VocabularyField):
 
 
 @extend_schema_field({"type": "string", "pattern": SLUG_RE.pattern})
-class AuthorFilter(django_filters.MultipleChoiceFilter):
+class AuthorFilter(CopiedShallow, django_filters.MultipleChoiceFilter):
     """Works by any of these authors."""
 
     field_class = AuthorField
@@ -213,6 +236,10 @@ def _topics_in_use() -> list[tuple[str, str]]:
     return [(topic, topic) for topic in topics.distinct().order_by("value")]
 
 
+class SearchFilter(CopiedShallow, django_filters.CharFilter):
+    """Words to find (``WorkFilter.filter_search``)."""
+
+
 class WorkFilterForm(forms.Form):
     def clean_works(self) -> list[str]:
         slugs = self.cleaned_data["works"]
@@ -238,7 +265,7 @@ def _facet_filter(facet: taxonomy.Facet) -> VocabularyFilter:
 
 
 class WorkFilter(django_filters.FilterSet):
-    search = django_filters.CharFilter(
+    search = SearchFilter(
         method="filter_search",
         max_length=SEARCH_MAX_LENGTH,
         label="Search",

@@ -5,12 +5,16 @@ are rows of ``WorkTag`` so that filtering and counting are ordinary joins and
 ``GROUP BY`` on every database, with no JSON operators that SQLite lacks.
 """
 
+import functools
 import json
+from collections import defaultdict
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
+from django.utils.functional import cached_property
 
 from atlas import taxonomy
 from atlas.records import FIELD_RULES, RecordError
@@ -33,7 +37,44 @@ class Confidence(models.TextChoices):
     LOW = "low", "Low"
 
 
-class Work(models.Model):
+class TagReads:
+    """A work's multi-valued facets; works from ``selectors.work_queryset()`` carry their
+    tags aggregated as ``tags_text`` ("facet=value ...")."""
+
+    def tag_values(self, facet: str) -> list[str]:
+        """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
+        if "tags_text" in self.__dict__:  # fixed when read: parsed once, not once per facet
+            return list(self._tags_read.get(facet, ()))
+        values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
+        return _in_order(facet, values)
+
+    @cached_property
+    def _tags_read(self) -> dict[str, list[str]]:
+        """The aggregated ``tags_text`` as each facet's values, in order."""
+        values: dict[str, list[str]] = defaultdict(list)
+        for facet, value in self.tag_pairs():
+            values[facet].append(value)
+        return {facet: _in_order(facet, found) for facet, found in values.items()}
+
+    def tag_pairs(self) -> list[tuple[str, str]]:
+        """(facet, value) of every tag, from ``tags_text``."""
+        pairs = (pair.partition("=") for pair in (self.__dict__["tags_text"] or "").split())
+        return [(facet, value) for facet, _, value in pairs]
+
+    @property
+    def modality(self) -> list[str]:
+        return self.tag_values(taxonomy.MODALITY.name)
+
+    @property
+    def contribution(self) -> list[str]:
+        return self.tag_values(taxonomy.CONTRIBUTION.name)
+
+    @property
+    def topics(self) -> list[str]:
+        return self.tag_values(TOPIC)
+
+
+class Work(TagReads, models.Model):
     position = models.PositiveIntegerField(help_text="Position in the curated list (1 = newest).")
     slug = models.SlugField(max_length=200, unique=True)
     title = models.CharField(max_length=500)
@@ -99,41 +140,63 @@ class Work(models.Model):
         indexes = [
             models.Index(fields=["-month", "position", "slug"]),  # newest; oldest reads it back
             models.Index(fields=["title", "slug"]),  # the "title" sort
+            # Explore's counts read only these narrow columns: on PostgreSQL an index-only
+            # scan of this index instead of the wide rows (summary, evidence, search text).
+            models.Index(
+                fields=["recurrence_family", "month"],
+                include=[
+                    "id",
+                    "month_estimated",
+                    "depth_control",
+                    "depth_granularity",
+                    "kv_strategy",
+                    "training_regime",
+                    "code_url",
+                ],
+                name="atlas_work_facet_counts",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.title
 
     def get_absolute_url(self) -> str:
-        return reverse("atlas:work", kwargs={"slug": self.slug})
-
-    def tag_values(self, facet: str) -> list[str]:
-        """One multi-valued facet's values, in vocabulary order (topics: alphabetical)."""
-        values = [value for tag_facet, value in self.tag_pairs() if tag_facet == facet]
-        if facet == TOPIC:
-            return sorted(values)
-        order = taxonomy.FACETS_BY_NAME[facet].slugs
-        return sorted(values, key=order.index)
+        return work_path(self.slug)
 
     def tag_pairs(self) -> list[tuple[str, str]]:
-        """(facet, value) of every tag; works from ``selectors.work_queryset()`` carry them
-        aggregated as ``tags_text`` ("facet=value ..."), others read their tags."""
+        """(facet, value) of every tag: aggregated, else read from its tags."""
         if "tags_text" in self.__dict__:
-            pairs = (pair.partition("=") for pair in (self.__dict__["tags_text"] or "").split())
-            return [(facet, value) for facet, _, value in pairs]
+            return super().tag_pairs()
         return [(tag.facet, tag.value) for tag in self.tags.all()]
 
-    @property
-    def modality(self) -> list[str]:
-        return self.tag_values(taxonomy.MODALITY.name)
 
-    @property
-    def contribution(self) -> list[str]:
-        return self.tag_values(taxonomy.CONTRIBUTION.name)
+class WorkRow(TagReads):
+    """A work as ``selectors.work_rows`` reads it, with ``values()``: its columns and its
+    aggregated tags as attributes, what the serializer reads, and no model instance
+    (building fifty instances cost more than the page's queries)."""
 
-    @property
-    def topics(self) -> list[str]:
-        return self.tag_values(TOPIC)
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def work_path(slug: str) -> str:
+    """``reverse("atlas:work", kwargs={"slug": slug})``, resolved once: work pages differ
+    only in the slug, and a reverse per work cost more than the rest of a long list (the
+    map draws thousands)."""
+    return f"{get_script_prefix()}{_work_route()}{slug}/"
+
+
+@functools.cache
+def _work_route() -> str:
+    """The work page's path below the script prefix, without the slug: ``works/``."""
+    path = reverse("atlas:work", kwargs={"slug": "x"})
+    return path.removeprefix(get_script_prefix()).removesuffix("x/")
+
+
+def _in_order(facet: str, values: list[str]) -> list[str]:
+    if facet == TOPIC:
+        return sorted(values)
+    return sorted(values, key=taxonomy.FACETS_BY_NAME[facet].order.__getitem__)
 
 
 class WorkTag(models.Model):
@@ -218,7 +281,16 @@ class RelatedWork(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["work", "kind", "rank"], name="atlas_related_unique")
         ]
-        indexes = [models.Index(fields=["version"])]
+        indexes = [
+            models.Index(fields=["version"]),
+            # The map reads the mentions among works and counts them per work mentioned:
+            # a few thousand rows among the similar ones (five per work), read from this.
+            models.Index(
+                fields=["other", "work"],
+                condition=models.Q(kind="mentions"),
+                name="atlas_related_mentions",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.work_id} {self.kind} {self.other_id}"

@@ -3,6 +3,7 @@
 Every selector issues a fixed number of queries, whatever the number of works.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -30,6 +31,7 @@ from atlas.models import (
     Work,
     WorkAuthor,
     WorkTag,
+    work_path,
 )
 
 COMPARE_MAX = 3
@@ -61,6 +63,13 @@ def work_queryset() -> QuerySet[Work]:
     """Works as pages and the API show them: with their tags (aggregated into one column
     by a subquery, so a page of works is one query and no tag objects), without the
     search column."""
+    return _works_with_tags().all()
+
+
+@functools.cache
+def _works_with_tags() -> QuerySet[Work]:
+    """Built (and its expressions resolved) once per process, then cloned: building it
+    cost as much as the API's page query. Never evaluated itself, so it holds no rows."""
     tags = (
         WorkTag.objects.filter(work=OuterRef("pk"))
         .order_by()
@@ -73,6 +82,21 @@ def work_queryset() -> QuerySet[Work]:
         .values("pairs")
     )
     return Work.objects.defer("search_document").annotate(tags_text=Subquery(tags))
+
+
+def work_rows(queryset: QuerySet[Work]) -> QuerySet:
+    """``queryset`` (of ``work_queryset()``) read as values: each row a dict of the
+    work's columns and its ``tags_text``, for ``WorkRow``."""
+    return queryset.values(*_row_fields())
+
+
+_NOT_IN_ROWS = {"search_document", "short_names", "position"}  # no answer shows them
+
+
+@functools.cache
+def _row_fields() -> list[str]:
+    fields = [f.attname for f in Work._meta.concrete_fields if f.name not in _NOT_IN_ROWS]
+    return [*fields, "tags_text"]
 
 
 def work_filter(*, params, queryset: QuerySet[Work] | None = None) -> WorkFilter:
@@ -138,6 +162,10 @@ def timeline_counts(*, queryset: QuerySet[Work]) -> list[TimelineBucket]:
     return [TimelineBucket(*row) for row in rows]
 
 
+# What a work shows as a point of a chart or a link in a list.
+POINT_FIELDS = ("slug", "title", "month", "month_estimated", "recurrence_family")
+
+
 @dataclass(frozen=True)
 class TimelinePoint:
     slug: str
@@ -146,12 +174,17 @@ class TimelinePoint:
     month_estimated: bool
     recurrence_family: str
 
+    def get_absolute_url(self) -> str:
+        return work_path(self.slug)
+
 
 def timeline_points(*, queryset: QuerySet[Work]) -> list[TimelinePoint]:
     """One point per work, oldest first (callers keep this for bounded result sets)."""
-    fields = ("slug", "title", "month", "month_estimated", "recurrence_family")
-    rows = queryset.order_by("month", "-position", "slug").values_list(*fields)
-    return [TimelinePoint(*row) for row in rows]
+    return [TimelinePoint(*row) for row in _point_rows(queryset)]
+
+
+def _point_rows(queryset: QuerySet[Work]) -> QuerySet:
+    return queryset.order_by("month", "-position", "slug").values_list(*POINT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -168,7 +201,8 @@ def work_related(*, work: Work) -> RelatedLists:
     links = list(
         work.related_links.order_by("kind", "rank").values_list("other_id", "kind", "reason")
     )
-    others = work_queryset().in_bulk([other for other, _, _ in links])
+    # only what a relation shows: a list can hold thousands (every work naming Ouro)
+    others = Work.objects.only(*POINT_FIELDS).in_bulk([other for other, _, _ in links])
     lists: dict[str, list[tuple[Work, dict]]] = {kind: [] for kind in RelatedWork.Kind.values}
     for other, kind, reason in links:
         lists[kind].append((others[other], reason))
@@ -191,17 +225,19 @@ def atlas_map(*, queryset: QuerySet[Work]) -> AtlasMap:
     only those that mention or are mentioned. Three queries."""
     mentions = RelatedWork.objects.filter(kind=RelatedWork.Kind.MENTIONS)
     ids = queryset.order_by().values("pk")
-    edges = list(
-        mentions.filter(work__in=ids, other__in=ids).values_list("work__slug", "other__slug")
+    edges = list(  # sorted below: unordered here (the model's order joins the works twice)
+        mentions.filter(work__in=ids, other__in=ids)
+        .order_by()
+        .values_list("work__slug", "other__slug")
     )
     counts = mentions.order_by().values("other__slug").annotate(n=Count("pk"))
-    points = timeline_points(queryset=queryset)
-    total = len(points)
-    if total > MAP_MAX_POINTS:
+    rows = list(_point_rows(queryset))
+    total = len(rows)
+    if total > MAP_MAX_POINTS:  # points made only for the works drawn
         linked = {slug for edge in edges for slug in edge}
-        points = [point for point in points if point.slug in linked]
+        rows = [row for row in rows if row[0] in linked]
     return AtlasMap(
-        points=points,
+        points=[TimelinePoint(*row) for row in rows],
         edges=sorted(edges),
         mentioned={row["other__slug"]: row["n"] for row in counts},
         total=total,

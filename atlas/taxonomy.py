@@ -7,6 +7,7 @@ not say: classifying never guesses.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,14 @@ class Facet:
     multi: bool
     terms: tuple[Term, ...]
 
-    @property
+    @cached_property
     def slugs(self) -> tuple[str, ...]:
         return tuple(term.slug for term in self.terms)
+
+    @cached_property
+    def order(self) -> dict[str, int]:
+        """Each slug's place in the vocabulary, to sort a work's values by."""
+        return {slug: i for i, slug in enumerate(self.slugs)}
 
     @property
     def choices(self) -> list[tuple[str, str]]:

@@ -1,10 +1,12 @@
 """Throughput and tail latency of the API under load, against gunicorn on PostgreSQL.
 
     python -m benchmarks.api [--server postgres://postgres@127.0.0.1:5432] [--seconds 15]
+                             [--synthetic 20000]
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``), which generates the load from a second
 process on loopback. The server is production-style: gunicorn, DEBUG off, persistent
-database connections, the curated atlas. The export throttle is raised for the run
+database connections, the curated atlas (plus ``--synthetic`` generated works, as
+``benchmarks.explore`` adds). The export throttle is raised for the run
 (``THROTTLE_EXPORTS``) so that the server is measured rather than the limit. The baseline
 is the API root (the same stack with no queries), loaded the same way in the same run.
 Each target is loaded twice: with the read cache (``API_CACHE_SECONDS``, the default
@@ -23,7 +25,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from benchmarks.harness import DEFAULT_SERVER, django_setup, own_database
+from benchmarks.harness import DEFAULT_SERVER, add_synthetic_works, django_setup, own_database
 
 TARGETS = {
     "baseline /api/v1/": "/api/v1/",
@@ -84,14 +86,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15, help="length of each load")
     parser.add_argument("--connections", type=int, default=16, help="concurrent connections")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--synthetic", type=int, default=0, help="generated works to add")
     args = parser.parse_args()
     with own_database(args.server) as database_url:
         django_setup(database_url)  # migrate, load the atlas, collect static files
+        if args.synthetic:
+            add_synthetic_works(args.synthetic)
         results = {
             cache: _load_each_target(args, cache_seconds)
             for cache, cache_seconds in (("cached", "3600"), ("uncached", "0"))
         }
-    print(f"gunicorn x{args.workers}, wrk -t2 -c{args.connections} -d{args.seconds}s, loopback")
+    print(
+        f"gunicorn x{args.workers}, wrk -t2 -c{args.connections} -d{args.seconds}s, loopback, "
+        f"{args.synthetic} synthetic works added"
+    )
     for cache, loads in results.items():
         baseline = loads["baseline /api/v1/"]
         for label, load in loads.items():

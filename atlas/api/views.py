@@ -31,7 +31,7 @@ from atlas.explore import facet_panels
 from atlas.exports import EXPORT_FORMATS, export_filename
 from atlas.exportstore import file_response, stored_export
 from atlas.filters import SEARCH_MAX_LENGTH, ProposalFilter, SlugListField, WorkFilter
-from atlas.models import Author, Proposal, RelatedWork, Work
+from atlas.models import Author, Proposal, RelatedWork, Work, WorkRow
 from atlas.proposals import ProposalDuplicate, ProposalInvalid, proposal_submit
 from atlas.records import RecordError
 from atlas.serializers import (
@@ -85,7 +85,10 @@ class WorkViewSet(AtlasReadMixin, viewsets.ReadOnlyModelViewSet):
 
     @conditional(selectors.data_version)
     def list(self, request: Request, *args, **kwargs) -> Response:
-        return super().list(request, *args, **kwargs)
+        """DRF's list, read as values (``WorkRow``) rather than model instances."""
+        works = selectors.work_rows(self.filter_queryset(self.get_queryset()))
+        page = [WorkRow(values) for values in self.paginate_queryset(works) or ()]
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     @conditional(selectors.data_version)
     def retrieve(self, request: Request, *args, **kwargs) -> Response:

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("atlas", "0006_authors"),
+        ("atlas", "0008_related_mentions_index"),
     ]
 
     operations = [
