@@ -1,4 +1,5 @@
-"""Works to propose in bulk, read from a curator's BibTeX or TSV file (``propose_works``).
+"""Works to propose in bulk, read from a curator's BibTeX, TSV or review file
+(``propose_works``), and a review file's decisions (``review_proposals``).
 
 Each entry becomes the API's proposal fields, and is then checked by ``proposal_submit``
 like any other proposal; nothing here decides what is valid. BibTeX's own fields map to
@@ -7,7 +8,8 @@ the API's (``author`` → ``authors``, ``eprint`` → ``arxiv_id``, ``year`` and
 month is an estimated January, "not before" it), and any
 field named as the API names one (``recurrence_family``, ``modality``, ``rationale``…) is
 taken as it is. A TSV's header names the API's fields. In both, list fields separate
-values with ``;`` and a boolean is ``yes``/``no``.
+values with ``;`` and a boolean is ``yes``/``no``. A review file (YAML, the format of
+``atlas/data/README.md``) holds each work's proposal fields beside the decision on it.
 """
 
 import csv
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import bibtexparser
+import yaml
 
 from atlas.proposals import FIELDS
 from atlas.records import LIST_FIELDS, LIST_SEPARATOR
@@ -117,7 +120,58 @@ def tsv_entries(text: str) -> list[Entry]:
     ]
 
 
+@dataclass
+class Decision:
+    """One entry of a review file: the work as proposed, where its facts were checked
+    (``source``), and the curator's decision with its public reason."""
+
+    label: str
+    source: str
+    decision: str
+    reason: str
+    data: dict[str, Any]
+
+
+REVIEW_DECISIONS = ("accept", "reject")
+
+
+def review_decisions(text: str) -> list[Decision]:
+    """A review file (a YAML list, one mapping per work): each entry's proposal fields
+    (only those; ``source`` becomes ``facts_source``), decision and reason.
+
+    Raises:
+        ValueError: not a YAML list of mappings, or an entry without a decision.
+    """
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML: {exc}") from exc
+    if not isinstance(document, list):
+        raise ValueError("a review file is a YAML list of entries")
+    decisions = []
+    for number, item in enumerate(document, start=1):
+        if not isinstance(item, dict) or item.get("decision") not in REVIEW_DECISIONS:
+            raise ValueError(f"entry {number}: needs a decision, one of accept, reject")
+        source = str(item.get("source") or "")
+        data = {name: item[name] for name in FIELDS if name in item and name != "contact"}
+        if source:
+            data["facts_source"] = source
+        label = f"entry {number}" + (f" ({source})" if source else "")
+        decisions.append(
+            Decision(label, source, item["decision"], str(item.get("reason") or ""), data)
+        )
+    return decisions
+
+
+def review_entries(text: str) -> list[Entry]:
+    return [Entry(decision.label, decision.data) for decision in review_decisions(text)]
+
+
 def entries_from_file(path: Path) -> list[Entry]:
-    """Entries of a ``.bib`` file (BibTeX) or any other (TSV with a header row)."""
+    """Entries of a ``.bib`` file (BibTeX), a ``.yaml`` review file or any other (TSV
+    with a header row)."""
     text = path.read_text(encoding="utf-8")
-    return bibtex_entries(text) if path.suffix.lower() == ".bib" else tsv_entries(text)
+    suffix = path.suffix.lower()
+    if suffix == ".bib":
+        return bibtex_entries(text)
+    return review_entries(text) if suffix in (".yaml", ".yml") else tsv_entries(text)

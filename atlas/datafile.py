@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from atlas import taxonomy
-from atlas.records import FIELD_RULES, RecordError, WorkRecord, record_from_row
+from atlas.records import EVIDENCE_KEYS, FIELD_RULES, RecordError, WorkRecord, record_from_row
 from atlas.rules import rules_broken
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "works.yaml"
@@ -79,7 +79,9 @@ FILE_FIELDS = (
     *(facet.name for facet in taxonomy.MULTI_FACETS),
     "topics",
 )
-PLAIN_FIELDS = frozenset({"n", "slug", "facts_confidence", *taxonomy.FACETS_BY_NAME, "topics"})
+PLAIN_FIELDS = frozenset(
+    {"n", "slug", "facts_confidence", *taxonomy.FACETS_BY_NAME, "topics", "id", "status", "work"}
+)
 
 
 def _scalar(value: Any, *, plain: bool) -> str:
@@ -100,13 +102,25 @@ def _value(name: str, value: Any) -> str:
 
 def row_text(row: dict[str, Any]) -> str:
     """One work as the data file writes it (``row`` as ``services.work_state`` gives it)."""
-    lines = [f"- n: {row['n']}"]
-    lines += [f"  {name}: {_value(name, row[name])}" for name in FILE_FIELDS if name != "n"]
-    if row.get("evidence"):
+    return entry_text(row, FILE_FIELDS)
+
+
+def entry_text(row: dict[str, Any], fields: tuple[str, ...]) -> str:
+    """One mapping of a data file's list: ``fields`` in order, then its evidence."""
+    first, *rest = fields
+    lines = [f"- {first}: {_value(first, row[first])}"]
+    lines += [f"  {name}: {_value(name, row[name])}" for name in rest]
+    evidence = row.get("evidence") or {}
+    if evidence:  # facets and keys in the vocabulary's order (PostgreSQL's jsonb keeps none)
         lines.append("  evidence:")
-        for facet, basis in row["evidence"].items():
+        for facet in (facet.name for facet in taxonomy.FACETS if facet.name in evidence):
             lines.append(f"    {facet}:")
-            lines += [f"      {key}: {_scalar(text, plain=False)}" for key, text in basis.items()]
+            basis = evidence[facet]
+            lines += [
+                f"      {key}: {_scalar(basis[key], plain=False)}"
+                for key in EVIDENCE_KEYS
+                if key in basis
+            ]
     return "\n".join(lines) + "\n"
 
 

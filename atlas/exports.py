@@ -146,10 +146,16 @@ def _one_line(text: str) -> str:
 
 
 def _bibtex_escape(text: str) -> str:
+    """``text`` as LaTeX typesets it back: specials escaped, lone braces as commands, and
+    a hyphen before another kept apart from it (LaTeX makes ``--`` a dash)."""
     text = _one_line(text)
     lone = _unpaired_braces(text)
     return "".join(
-        _BIBTEX_LONE_BRACES[char] if at in lone else _BIBTEX_SPECIALS.get(char, char)
+        _BIBTEX_LONE_BRACES[char]
+        if at in lone
+        else "-{}"
+        if text.startswith("--", at)
+        else _BIBTEX_SPECIALS.get(char, char)
         for at, char in enumerate(text)
     )
 

@@ -68,6 +68,9 @@ class ProposalForm(forms.Form):
         "One per line, in the paper's order.",
         widget=forms.Textarea(attrs={"rows": 3}),
     )
+    authors_et_al = forms.BooleanField(
+        label="The author list is cut short", required=False, help_text="It ends in “et al.”"
+    )
     month = _optional(
         "Month of first publication",
         "YYYY-MM.",
@@ -79,6 +82,9 @@ class ProposalForm(forms.Form):
     )
     venue = _optional("Venue", max_length=400)
     code_url = _optional("Code URL", max_length=1000)
+    facts_source = _optional(
+        "Where you checked these facts", "A URL (the paper's page, say).", max_length=800
+    )
     summary = _optional(
         "Summary",
         "What the work does, in your own words (at most 5000 characters).",

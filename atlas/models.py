@@ -402,10 +402,19 @@ class Proposal(models.Model):
     arxiv_id = models.CharField("arXiv id", max_length=32, blank=True)
     url = models.URLField("URL", max_length=500, blank=True)
     authors = models.JSONField(default=list, blank=True, encoder=ReadableJSONEncoder)
+    authors_et_al = models.BooleanField(
+        "authors truncated", default=False, help_text="The author list ends in “et al.”"
+    )
     month = models.DateField(help_text="First of the month of first publication.")
     month_estimated = models.BooleanField(default=False)
     venue = models.CharField(max_length=200, blank=True)
     code_url = models.URLField("code URL", max_length=500, blank=True)
+    facts_source = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Where the facts were checked (a URL or a public list's entry); the "
+        "accepted work's source of facts names it.",
+    )
     summary = models.TextField()
     recurrence_family = models.CharField(max_length=32, choices=taxonomy.RECURRENCE_FAMILY.choices)
     depth_control = models.CharField(max_length=32, choices=taxonomy.DEPTH_CONTROL.choices)

@@ -31,6 +31,7 @@ WORK_FIELDS = (
     "arxiv_id",
     "url",
     "authors",
+    "authors_et_al",
     "month",
     "month_estimated",
     "venue",
@@ -40,8 +41,13 @@ WORK_FIELDS = (
     "topics",
     "evidence",
 )
-# The proposal's own: why it belongs (public) and how to reach the proposer (curators only).
-OWN_RULES = {"rationale": text_rule(2000), "contact": text_rule(200, optional=True, one_line=True)}
+# The proposal's own: where its facts were checked and why it belongs (both public), and
+# how to reach the proposer (curators only). The work's source of facts names the first.
+OWN_RULES = {
+    "facts_source": text_rule(400, optional=True, one_line=True),
+    "rationale": text_rule(2000),
+    "contact": text_rule(200, optional=True, one_line=True),
+}
 FIELDS = (*WORK_FIELDS, *OWN_RULES)
 REQUIRED = frozenset({"title", "summary", "month", "recurrence_family", "rationale"})
 # What a proposer may leave out: the source does not say (single facets) or none apply.
@@ -155,15 +161,16 @@ def proposal_submit(*, data: Any) -> Proposal:
 
 
 def proposal_row(proposal: Proposal, *, n: int, slug: str) -> dict[str, Any]:
-    """The proposal as a data file row (what ``record_from_row`` checks)."""
+    """The proposal as a data file row (what ``record_from_row`` checks); its facts'
+    source names where the proposer checked them, and the proposal that brought it."""
     row = {name: getattr(proposal, name) for name in WORK_FIELDS}
+    via = f"proposal #{proposal.pk} in the intake log"
     return row | {
         "n": n,
         "slug": slug,
         "month": f"{proposal.month:%Y-%m}",
-        "authors_et_al": False,
         "facts_confidence": None,
-        "facts_source": f"proposal #{proposal.pk} in the intake log",
+        "facts_source": f"{proposal.facts_source} (via {via})" if proposal.facts_source else via,
     }
 
 

@@ -343,10 +343,19 @@ class NewWorkSerializer(serializers.Serializer):
     authors = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=100, required=False
     )
+    authors_et_al = serializers.BooleanField(
+        required=False, default=False, help_text="The author list is cut short (et al.)."
+    )
     month = serializers.RegexField(r"^\d{4}-\d{2}$", help_text="First publication, YYYY-MM.")
     month_estimated = serializers.BooleanField(required=False, default=False)
     venue = serializers.CharField(max_length=200, required=False)
     code_url = serializers.URLField(max_length=500, required=False)
+    facts_source = serializers.CharField(
+        max_length=400,
+        required=False,
+        help_text="Where the facts were checked: a URL or a public list's entry "
+        "(owner/repo@commit:path#entry).",
+    )
     summary = serializers.CharField(max_length=5000, help_text="In your own words.")
     recurrence_family = serializers.ChoiceField(choices=taxonomy.RECURRENCE_FAMILY.slugs)
     depth_control = serializers.ChoiceField(choices=taxonomy.DEPTH_CONTROL.slugs, required=False)
@@ -385,10 +394,12 @@ class ProposalSerializer(serializers.Serializer):
     arxiv_id = OptionalCharField()
     url = OptionalCharField()
     authors = serializers.ListField(child=serializers.CharField(), read_only=True)
+    authors_et_al = serializers.BooleanField(read_only=True)
     month = MonthField(read_only=True)
     month_estimated = serializers.BooleanField(read_only=True)
     venue = OptionalCharField()
     code_url = OptionalCharField()
+    facts_source = OptionalCharField()
     summary = serializers.CharField(read_only=True)
     recurrence_family = _terms(taxonomy.RECURRENCE_FAMILY)
     depth_control = _terms(taxonomy.DEPTH_CONTROL)

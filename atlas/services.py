@@ -42,6 +42,13 @@ class LoadReport:
     def __str__(self) -> str:
         return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged"
 
+    def __add__(self, other: "LoadReport") -> "LoadReport":
+        return LoadReport(
+            self.created + other.created,
+            self.updated + other.updated,
+            self.unchanged + other.unchanged,
+        )
+
 
 WorkState = dict[str, Any]
 WorkChange = tuple[Work, WorkState | None, WorkState]  # (work, before or None if new, after)
@@ -144,13 +151,18 @@ def _letters(n: int) -> str:
 
 
 @transaction.atomic
-def atlas_load(*, records: Iterable[WorkRecord], source: str) -> LoadReport:
-    """Upsert checked records by slug; all or nothing, and a no-op when nothing differs."""
+def atlas_load(
+    *,
+    records: Iterable[WorkRecord],
+    source: str,
+    kind: AtlasChange.Kind = AtlasChange.Kind.LOAD,
+) -> LoadReport:
+    """Upsert checked records by slug; all or nothing, and a no-op when nothing differs.
+    A change is recorded as ``kind`` (works accepted through the intake are loaded as
+    proposals, so that a fresh install lists them as such)."""
     report, states = works_upsert(records=records)
     if states:
-        atlas_change_record(
-            kind=AtlasChange.Kind.LOAD, summary=f"Loaded {source}: {report}", changes=states
-        )
+        atlas_change_record(kind=kind, summary=f"Loaded {source}: {report}", changes=states)
     else:
         authors_sync()  # the curated aliases may have changed
         transaction.on_commit(related_refresh)  # a no-op when stored for this version

@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from atlas import charts, citation, exports, selectors
+from atlas import charts, citation, exports, scope, selectors
 from atlas.explore import author_page, explore_page
 from atlas.feeds import feed_query
 from atlas.filters import ProposalFilter, SlugListField
@@ -176,12 +176,18 @@ def work_propose(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_GET
 def intake(request: HtmxHttpRequest) -> HttpResponse:
-    """Every proposal, newest first: pending, accepted (with its work) or rejected (why)."""
+    """Every proposal, newest first: pending, accepted (with its work) or rejected (why),
+    under the scope statement the reviews apply."""
     queryset = Proposal.objects.select_related("work").order_by("-created_at", "-id")
     filterset = ProposalFilter(request.GET, queryset=queryset)
     valid = filterset.is_valid()
     page = Paginator(filterset.qs if valid else queryset.none(), INTAKE_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    context = {"filterset": filterset, "page": page, "statuses": Proposal.Status.choices}
+    context = {
+        "filterset": filterset,
+        "page": page,
+        "statuses": Proposal.Status.choices,
+        "scope": scope,
+    }
     return render(request, "atlas/intake.html", context, status=200 if valid else 400)

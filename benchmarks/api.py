@@ -5,7 +5,7 @@
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``), which generates the load from a second
 process on loopback. The server is production-style: gunicorn, DEBUG off, persistent
-database connections, the 199-work atlas (plus ``--synthetic`` generated works, as
+database connections, the curated atlas (plus ``--synthetic`` generated works, as
 ``benchmarks.explore`` adds). The export throttle is raised for the run
 (``THROTTLE_EXPORTS``) so that the server is measured rather than the limit. The baseline
 is the API root (the same stack with no queries), loaded the same way in the same run.

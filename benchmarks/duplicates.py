@@ -2,12 +2,12 @@
 
     python -m benchmarks.duplicates
 
-Each of the 199 titles is altered the ways a proposer retypes a title (case, punctuation,
-a plural, a typo, a dropped subtitle, reordered words…); each variant is checked against
-the whole atlas as a proposal would be. Refused: it matches its own work; another work:
-it matches a work it is not; shown: the admin lists its work among the possible
-duplicates (the looser check a curator sees). Pairs of distinct works that match are listed too.
-Deterministic (a fixed seed); no database.
+Each title of the curated atlas is altered the ways a proposer retypes a title (case,
+punctuation, a plural, a typo, a dropped subtitle, reordered words…); each variant is
+checked against the whole atlas as a proposal would be. Refused: it matches its own
+work; another work: it matches a work it is not; shown: the admin lists its work among
+the possible duplicates (the looser check a curator sees). Pairs of distinct works that
+match are listed too. Deterministic (a fixed seed); no database.
 """
 
 import itertools

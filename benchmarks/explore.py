@@ -5,7 +5,7 @@
 Requests go through Django's full stack in-process (middleware, views, queries,
 templates; no network), over a fixed mix of filter combinations. The baseline is the
 Compare page's empty state, measured in the same run: the same stack with no atlas
-queries. Goal on a 2-core machine: p95 < 50 ms at 199 works, < 250 ms at 20,000.
+queries. Goal on a 2-core machine: p95 < 50 ms at the curated atlas's size, < 250 ms at 20,000.
 """
 
 import argparse

@@ -4,7 +4,7 @@ is visible once accepted, and what a feed request costs next to the API's ``work
     python -m benchmarks.intake [--server postgres://postgres@127.0.0.1:5432] [--repeats 7]
 
 The server is uvicorn as deployed (DEBUG off, ``--no-proxy-headers``) on a PostgreSQL
-database of the run's own with the 199-work atlas. Submit-to-visible: the proposal is
+database of the run's own with the curated atlas. Submit-to-visible: the proposal is
 POSTed over HTTP, the curator's acceptance runs the admin's service in this process on the
 same database, and the work counts as visible once the API's search, Explore's search and
 the search's feed all answer with it (polled every 10 ms). Feed cost: sequential requests
@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 import httpx
 
+from atlas.datafile import DEFAULT_PATH, records_from_file
 from benchmarks.api import _free_port, _wait_until_up
 from benchmarks.harness import DEFAULT_SERVER, django_setup, own_database
 
@@ -134,7 +135,8 @@ def main() -> None:
             cached = [request_costs(base, requests=args.requests) for _ in range(args.repeats)]
         with server("0") as base:
             uncached = [request_costs(base, requests=args.requests) for _ in range(args.repeats)]
-    print(f"uvicorn, PostgreSQL, 199 works + accepted ones; {args.repeats} repeats")
+    works = len(records_from_file(DEFAULT_PATH))
+    print(f"uvicorn, PostgreSQL, {works} works + accepted ones; {args.repeats} repeats")
     for phase in ways[0]:
         print(f"{phase:>30}: {spread([way[phase] for way in ways])}")
     for name, runs in (("cached", cached), ("uncached", uncached)):

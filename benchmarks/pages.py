@@ -4,10 +4,10 @@
 
 Requests go through Django's full stack in-process (middleware, views, queries,
 templates; no network), on PostgreSQL. The pages: the newest work's (a typical one), the
-page of the work most others mention (Ouro: at 20,199 works about two thousand synthetic
+page of the work most others mention (Ouro: with 20,000 works more, about two thousand synthetic
 summaries name it, so its page lists them all), and the map of mentions. The baseline is
 the Compare page's empty state (as in ``benchmarks.explore``), measured in the same rounds.
-Goal on a 2-core machine: a work page within 3x the baseline at 20,199 works.
+Goal on a 2-core machine: a work page within 3x the baseline with 20,000 works more.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Where the time of an uncached read goes, at 199 works and at 20,199.
+"""Where the time of an uncached read goes, at the curated atlas's size and with 20,000 works more.
 
     python -m benchmarks.profile_reads [--server postgres://postgres@127.0.0.1:5432] [--repeat 20]
 

@@ -3,7 +3,7 @@ after a change, and the server time of the pages that read them, on PostgreSQL.
 
     python -m benchmarks.related [--server postgres://postgres@127.0.0.1:5432] [--rounds 10]
 
-At the curated 199 works and with 20,000 synthetic works more: ``authors_sync`` and
+At the curated atlas's size and with 20,000 synthetic works more: ``authors_sync`` and
 ``related_refresh`` (forced: what each recorded change runs after its commit), median and
 spread of ``--repeats`` runs; then a work page, an author page and Explore, the same
 requests in the same run, so the pages compare with each other on the same machine.

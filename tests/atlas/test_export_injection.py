@@ -81,6 +81,16 @@ def _entry(client) -> tuple[str, dict]:
     return bibtex_entry(row), row
 
 
+def test_hyphens_in_a_title_stay_hyphens_in_bibtex(client, small_atlas, curator) -> None:
+    title = "CART: Context-Anchored Recurrent Transformer -- A Study --- of Loops"
+    _approved(client, curator, "title", title)
+    library = bibtexparser.parse_string(
+        _export(client, "bibtex"),
+        append_middleware=[LatexDecodingMiddleware(decoder=_latex_decoder())],
+    )
+    assert title in [entry["title"] for entry in library.entries]
+
+
 @pytest.mark.parametrize("title", BRACES)
 def test_a_title_with_braces_adds_no_bibtex_field(client, small_atlas, curator, title) -> None:
     # given the entry's fields before
